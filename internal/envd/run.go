@@ -1,0 +1,105 @@
+package envd
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/envd/state"
+)
+
+// Config is envd's whole configuration, from flags.
+type Config struct {
+	Addr     string
+	Defaults state.Defaults
+}
+
+const usage = `Usage: envd [flags]
+
+envd is the agent-sandbox guest agent. It serves the E2B envd protocol
+(process and filesystem Connect-RPC services, /files, /health, /init, /envs,
+/metrics) over HTTP/1.1 and cleartext HTTP/2.
+
+Until the control plane calls POST /init, requests act as --default-user in
+--default-workdir, and no access token is required.
+
+Flags:
+`
+
+// Run parses args (without the program name), serves until ctx is done and
+// returns nil on a clean shutdown. It writes usage and the version to stdout.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg Config
+	var showVersion bool
+	fs.StringVar(&cfg.Addr, "addr", "0.0.0.0:49983", "TCP `address` to listen on")
+	fs.StringVar(&cfg.Defaults.User, "default-user", "root", "`user` that requests act as until /init sets another")
+	fs.StringVar(&cfg.Defaults.Workdir, "default-workdir", "", "working `directory` for commands and relative paths until /init sets one (empty: the user's home)")
+	fs.BoolVar(&showVersion, "version", false, "print the envd protocol version and exit")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return nil
+		}
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (see envd --help)", fs.Arg(0))
+	}
+	if showVersion {
+		fmt.Fprintln(stdout, Version)
+		return nil
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	return Serve(ctx, cfg, log)
+}
+
+// Serve runs envd with cfg until ctx is done.
+func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", cfg.Addr, err)
+	}
+	srv := NewServer(state.New(cfg.Defaults), log)
+	defer srv.Close()
+
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true) // the SDKs may speak h2 with prior knowledge through a proxy
+	hs := &http.Server{
+		Handler:           srv,
+		Protocols:         protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("envd listening", "addr", ln.Addr().String(), "version", Version)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	// Streams (commands, watches) never go idle on their own; give them a
+	// moment, then cut them.
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		hs.Close()
+	}
+	return nil
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what the build and the test suite need on a fresh Debian 12 machine
+# (root, Go and Node present). Idempotent: fast when everything is there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+for cmd in go node npm; do
+	command -v "$cmd" >/dev/null 2>&1 || { echo "install-deps: $cmd is not on PATH" >&2; exit 1; }
+done
+
+# Debian packages: debootstrap builds template root filesystems; e2fsprogs
+# (mkfs.ext4) makes each sandbox's disk.
+missing=()
+command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
+command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+if [ ${#missing[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "install-deps: missing ${missing[*]}; install them as root: apt-get install ${missing[*]}" >&2
+		exit 1
+	fi
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The SDK suite's node_modules must match its lockfile exactly.
+lock=test/sdk/package-lock.json
+stamp=test/sdk/node_modules/.lock-stamp
+if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
+	npm ci --prefix test/sdk --no-audit --no-fund
+	cp "$lock" "$stamp"
+fi
