@@ -1,0 +1,87 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// migrations is the schema history. Entry i moves the database from
+// user_version i to i+1. Append only: never edit an entry that has shipped.
+var migrations = []string{
+	// 1: sandboxes and API keys. Times are unix nanoseconds, UTC.
+	`
+CREATE TABLE sandboxes (
+	id                    TEXT PRIMARY KEY NOT NULL,
+	template_id           TEXT NOT NULL,
+	alias                 TEXT NOT NULL DEFAULT '',
+	state                 TEXT NOT NULL CHECK (state IN ('starting', 'running', 'paused', 'killed', 'error')),
+	reason                TEXT NOT NULL DEFAULT '',
+	started_at            INTEGER NOT NULL,
+	end_at                INTEGER,
+	cpu_count             INTEGER NOT NULL DEFAULT 0,
+	memory_mb             INTEGER NOT NULL DEFAULT 0,
+	disk_size_mb          INTEGER NOT NULL DEFAULT 0,
+	metadata              TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
+	env_vars              TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(env_vars)),
+	envd_access_token     TEXT NOT NULL DEFAULT '',
+	traffic_access_token  TEXT NOT NULL DEFAULT '',
+	allow_internet_access INTEGER CHECK (allow_internet_access IN (0, 1)),
+	auto_pause            INTEGER NOT NULL DEFAULT 0 CHECK (auto_pause IN (0, 1)),
+	network               TEXT CHECK (network IS NULL OR json_valid(network)),
+	backend               TEXT NOT NULL DEFAULT '',
+	backend_state         TEXT CHECK (backend_state IS NULL OR json_valid(backend_state)),
+	updated_at            INTEGER NOT NULL
+) STRICT;
+CREATE INDEX sandboxes_state_started ON sandboxes (state, started_at, id);
+CREATE INDEX sandboxes_template ON sandboxes (template_id);
+CREATE INDEX sandboxes_alias ON sandboxes (alias) WHERE alias != '';
+
+CREATE TABLE api_keys (
+	id           TEXT PRIMARY KEY NOT NULL,
+	name         TEXT NOT NULL,
+	hash         BLOB NOT NULL UNIQUE CHECK (length(hash) = 32),
+	prefix       TEXT NOT NULL,
+	suffix       TEXT NOT NULL,
+	created_at   INTEGER NOT NULL,
+	last_used_at INTEGER
+) STRICT;
+`,
+}
+
+// migrate applies every migration newer than the database's user_version,
+// each in its own transaction together with the version bump.
+func (s *Store) migrate(ctx context.Context) error {
+	var version int
+	if err := s.w.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this binary supports (%d)", version, len(migrations))
+	}
+	for i := version; i < len(migrations); i++ {
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			// Re-check inside the transaction: another process may have
+			// migrated between our read and BEGIN IMMEDIATE.
+			var v int
+			if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v); err != nil {
+				return fmt.Errorf("reading schema version: %w", err)
+			}
+			if v > i {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+				return err
+			}
+			// PRAGMA takes no bound parameters; i+1 is our own integer.
+			if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", i+1)); err != nil {
+				return fmt.Errorf("setting schema version: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("migrating schema to version %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
