@@ -1,0 +1,22 @@
+//go:build !linux
+
+package template
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+)
+
+func preflight() error { return errors.ErrUnsupported }
+
+func (b *Builder) build(ctx context.Context, spec Spec, hash, dir string) (*Template, error) {
+	return nil, errors.ErrUnsupported
+}
+
+func lockFile(ctx context.Context, path string) (func(), error) { return nil, errors.ErrUnsupported }
+
+func removeTree(dir string) error { return os.RemoveAll(dir) }
+
+func terminalWidth(w io.Writer) (bool, int) { return false, 0 }

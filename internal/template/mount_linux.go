@@ -1,0 +1,196 @@
+package template
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// mountsUnder returns the mount points at or below dir (which must be a
+// resolved absolute path), deepest first.
+func mountsUnder(dir string) ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("reading mount table: %w", err)
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		mp := unescapeMountPath(fields[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			out = append(out, mp)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("reading mount table: %w", err)
+	}
+	// Mounted later appears later; a child is always longer than its parent.
+	slices.Reverse(out)
+	slices.SortStableFunc(out, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
+	return out, nil
+}
+
+// unescapeMountPath undoes the octal escapes (\040 for space, ...) of
+// /proc/self/mountinfo.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// unmount unmounts target, lazily if it is busy. Not mounted is not an error.
+func unmount(target string) error {
+	err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(target, unix.UMOUNT_NOFOLLOW|unix.MNT_DETACH)
+	}
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	return fmt.Errorf("unmounting %s: %w", target, err)
+}
+
+// sweepMounts unmounts everything mounted at or below dir: what a build
+// mounted and what a killed debootstrap left behind.
+func sweepMounts(dir string) error {
+	for range 8 { // stacked mounts need one pass each
+		ms, err := mountsUnder(dir)
+		if err != nil || len(ms) == 0 {
+			return err
+		}
+		var errs []error
+		for _, m := range ms {
+			errs = append(errs, unmount(m))
+		}
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	ms, err := mountsUnder(dir)
+	if err == nil && len(ms) > 0 {
+		err = fmt.Errorf("still mounted after unmounting: %s", strings.Join(ms, ", "))
+	}
+	return err
+}
+
+// mountChroot makes rootfs usable as a chroot for package scripts: a fresh
+// proc and a read-only sysfs, and the host's /dev bound (not recursively)
+// and made private. Each mount pushes its undo onto c before the next one
+// is tried.
+func mountChroot(rootfs string, c *cleanup) error {
+	mounts := []struct {
+		source, dir, fstype string
+		flags               uintptr
+	}{
+		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
+		{"sysfs", "sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY},
+		{"/dev", "dev", "", unix.MS_BIND},
+	}
+	for _, m := range mounts {
+		target := filepath.Join(rootfs, m.dir)
+		// Never mount through a symlink: it could point out of the rootfs.
+		if fi, err := os.Lstat(target); err != nil {
+			return fmt.Errorf("mounting %s: %w", target, err)
+		} else if !fi.IsDir() {
+			return fmt.Errorf("mounting %s: not a directory", target)
+		}
+		if err := unix.Mount(m.source, target, m.fstype, m.flags, ""); err != nil {
+			return fmt.Errorf("mounting %s on %s: %w", m.source, target, err)
+		}
+		c.push("unmounting "+target, func(context.Context) error { return unmount(target) })
+		if m.flags&unix.MS_BIND != 0 {
+			if err := unix.Mount("", target, "", unix.MS_PRIVATE, ""); err != nil {
+				return fmt.Errorf("making %s private: %w", target, err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeTree removes dir and everything in it, refusing to if anything is
+// mounted below it and never descending into a directory on another
+// filesystem: a bind-mounted /dev must stop the removal, not be emptied.
+func removeTree(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if ms, err := mountsUnder(real); err != nil {
+		return err
+	} else if len(ms) > 0 {
+		return fmt.Errorf("refusing to remove %s: still mounted: %s", dir, strings.Join(ms, ", "))
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(real, &st); err != nil {
+		return err
+	}
+	return removeSameDev(real, st.Dev)
+}
+
+func removeSameDev(p string, dev uint64) error {
+	fi, err := os.Lstat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return ignoreNotExist(os.Remove(p))
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || st.Dev != dev {
+		return fmt.Errorf("refusing to remove %s: it is on another filesystem", p)
+	}
+	entries, err := os.ReadDir(p)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		child := filepath.Join(p, e.Name())
+		if e.IsDir() {
+			if err := removeSameDev(child, dev); err != nil {
+				return err
+			}
+		} else if err := os.Remove(child); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+	}
+	return ignoreNotExist(os.Remove(p))
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
