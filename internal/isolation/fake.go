@@ -1,0 +1,322 @@
+package isolation
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Fake is an in-memory Backend for the manager's unit tests. Sandboxes are
+// records; Dial reaches http.Handlers served over in-memory pipes (no
+// sockets), per port. The zero value is not usable; call NewFake.
+type Fake struct {
+	mu sync.Mutex // guards every field below and the fields of its FakeInstances
+	// handlers serve these ports in every sandbox started afterwards.
+	handlers  map[int]http.Handler
+	startErr  error
+	sandboxes map[string]*FakeInstance
+}
+
+var _ Backend = (*Fake)(nil)
+
+// NewFake returns an empty fake backend.
+func NewFake() *Fake {
+	return &Fake{handlers: map[int]http.Handler{}, sandboxes: map[string]*FakeInstance{}}
+}
+
+// Handle makes port answer with h in every sandbox started from now on
+// (e.g. a fake envd on 49983).
+func (f *Fake) Handle(port int, h http.Handler) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.handlers[port] = h
+}
+
+// FailStarts makes Start return err (nil: succeed again).
+func (f *Fake) FailStarts(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.startErr = err
+}
+
+// Instance returns the sandbox id, alive or not, or nil.
+func (f *Fake) Instance(id string) *FakeInstance {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sandboxes[id]
+}
+
+// Running returns the IDs of sandboxes that are neither stopped nor exited.
+func (f *Fake) Running() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ids []string
+	for id, i := range f.sandboxes {
+		if !i.ended() {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Name implements Backend.
+func (f *Fake) Name() string { return "fake" }
+
+type fakeState struct {
+	ID string `json:"id"`
+}
+
+// Start implements Backend.
+func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.startErr != nil {
+		return nil, f.startErr
+	}
+	if old, ok := f.sandboxes[spec.ID]; ok && !old.ended() {
+		return nil, fmt.Errorf("starting sandbox %s: already running", spec.ID)
+	}
+	i := &FakeInstance{f: f, spec: spec, done: make(chan struct{}), servers: map[int]*pipeListener{}}
+	for port, h := range f.handlers {
+		i.serve(port, h)
+	}
+	f.sandboxes[spec.ID] = i
+	return i, nil
+}
+
+// Adopt implements Backend: it returns the sandbox if it is still running.
+func (f *Fake) Adopt(_ context.Context, id string, state json.RawMessage) (Instance, error) {
+	var st fakeState
+	if err := json.Unmarshal(state, &st); err != nil || st.ID != id {
+		return nil, fmt.Errorf("adopting sandbox %s: %w: bad state", id, ErrGone)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := f.sandboxes[id]
+	if i == nil || i.ended() {
+		return nil, fmt.Errorf("adopting sandbox %s: %w", id, ErrGone)
+	}
+	return i, nil
+}
+
+// Cleanup implements Backend.
+func (f *Fake) Cleanup(_ context.Context, id string, _ json.RawMessage) error {
+	f.mu.Lock()
+	i := f.sandboxes[id]
+	f.mu.Unlock()
+	if i != nil {
+		return i.Stop(context.Background())
+	}
+	return nil
+}
+
+// FakeInstance is a sandbox of a Fake.
+type FakeInstance struct {
+	f       *Fake
+	spec    Spec
+	done    chan struct{}
+	servers map[int]*pipeListener
+	paused  bool
+	stopped bool
+	exit    Exit
+	stats   Stats
+}
+
+var _ Instance = (*FakeInstance)(nil)
+
+// Spec returns the spec the sandbox was started with.
+func (i *FakeInstance) Spec() Spec { return i.spec }
+
+// Handle makes port of this sandbox answer with h (nil: close the port).
+func (i *FakeInstance) Handle(port int, h http.Handler) {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	if l := i.servers[port]; l != nil {
+		l.Close()
+		delete(i.servers, port)
+	}
+	if h != nil {
+		i.serve(port, h)
+	}
+}
+
+func (i *FakeInstance) serve(port int, h http.Handler) {
+	l := newPipeListener()
+	i.servers[port] = l
+	go func() { _ = (&http.Server{Handler: h}).Serve(l) }()
+}
+
+// SetStats sets what Stats returns (Time is filled in).
+func (i *FakeInstance) SetStats(s Stats) {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	i.stats = s
+}
+
+// Crash ends the sandbox by itself, as if its init died: Done closes and
+// Exit returns e.
+func (i *FakeInstance) Crash(e Exit) {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	if i.ended() {
+		return
+	}
+	i.exit = e
+	i.closeLocked()
+}
+
+// Paused reports whether the sandbox is paused.
+func (i *FakeInstance) Paused() bool {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	return i.paused
+}
+
+// Stopped reports whether Stop (or Cleanup) was called.
+func (i *FakeInstance) Stopped() bool {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	return i.stopped
+}
+
+func (i *FakeInstance) ended() bool {
+	select {
+	case <-i.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (i *FakeInstance) closeLocked() {
+	for _, l := range i.servers {
+		l.Close()
+	}
+	close(i.done)
+}
+
+// State implements Instance.
+func (i *FakeInstance) State() json.RawMessage {
+	b, _ := json.Marshal(fakeState{ID: i.spec.ID})
+	return b
+}
+
+// Dial implements Instance over an in-memory pipe.
+func (i *FakeInstance) Dial(ctx context.Context, port int) (net.Conn, error) {
+	i.f.mu.Lock()
+	l := i.servers[port]
+	paused, ended := i.paused, i.ended()
+	i.f.mu.Unlock()
+	switch {
+	case ended:
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, i.spec.ID, ErrGone)
+	case paused:
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: paused", port, i.spec.ID)
+	case l == nil:
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, i.spec.ID, ErrPortClosed)
+	}
+	return l.dial(ctx)
+}
+
+// Pause implements Instance.
+func (i *FakeInstance) Pause(context.Context) error { return i.setPaused(true) }
+
+// Resume implements Instance.
+func (i *FakeInstance) Resume(context.Context) error { return i.setPaused(false) }
+
+func (i *FakeInstance) setPaused(p bool) error {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	if i.ended() {
+		return fmt.Errorf("sandbox %s: %w", i.spec.ID, ErrGone)
+	}
+	i.paused = p
+	return nil
+}
+
+// Stats implements Instance.
+func (i *FakeInstance) Stats(context.Context) (Stats, error) {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	if i.ended() {
+		return Stats{}, fmt.Errorf("sandbox %s: %w", i.spec.ID, ErrGone)
+	}
+	s := i.stats
+	s.Time = time.Now()
+	return s, nil
+}
+
+// Done implements Instance. Stop closes it too.
+func (i *FakeInstance) Done() <-chan struct{} { return i.done }
+
+// Exit implements Instance.
+func (i *FakeInstance) Exit() Exit {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	return i.exit
+}
+
+// Stop implements Instance.
+func (i *FakeInstance) Stop(context.Context) error {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	i.stopped = true
+	if !i.ended() {
+		i.exit = Exit{Reason: "stopped"}
+		i.closeLocked()
+	}
+	return nil
+}
+
+// pipeListener is a net.Listener whose connections are net.Pipes.
+type pipeListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *pipeListener) dial(ctx context.Context) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.closed:
+		return nil, ErrPortClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.closed) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }

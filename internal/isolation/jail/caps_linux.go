@@ -1,0 +1,77 @@
+package jail
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// keptCaps is the capability bounding set inside a sandbox: Docker's
+// default set. Root in the sandbox has these and nothing more, and neither
+// does a setuid-root program, so sudo is useful but cannot lead out.
+// CAP_MKNOD is harmless because every writable mount is nodev and /dev is
+// read-only (there is no device cgroup on every host to rely on).
+var keptCaps = []uintptr{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
+	unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP,
+	unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW, unix.CAP_SYS_CHROOT,
+	unix.CAP_MKNOD, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP,
+}
+
+// keptCapsMask is keptCaps as a bit mask, as in /proc/<pid>/status CapBnd.
+func keptCapsMask() uint64 {
+	var m uint64
+	for _, c := range keptCaps {
+		m |= 1 << c
+	}
+	return m
+}
+
+// dropCapabilities reduces the calling thread's bounding set to keptCaps
+// and clears its inheritable and ambient sets, so that whatever it executes
+// (and whatever that executes) can hold no other capability. The thread's
+// own effective set is left alone. Capabilities are per thread: the caller
+// must have locked its OS thread and fork from it.
+func dropCapabilities() error {
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	keep := keptCapsMask()
+	for c := uintptr(0); c <= last; c++ {
+		if keep&(1<<c) != 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil {
+			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clearing ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("reading capabilities: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clearing inheritable capabilities: %w", err)
+	}
+	return nil
+}
+
+func lastCap() (uintptr, error) {
+	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if err != nil {
+		return 0, fmt.Errorf("reading the last capability: %w", err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 8)
+	if err != nil || n > 63 {
+		return 0, fmt.Errorf("parsing cap_last_cap %q", b)
+	}
+	return uintptr(n), nil
+}

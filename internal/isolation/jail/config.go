@@ -1,0 +1,88 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+)
+
+// Defaults for zero Resources fields.
+const (
+	DefaultCPUCount   = 2
+	DefaultMemoryMB   = 512
+	DefaultDiskSizeMB = 1024
+	DefaultPids       = 1024
+)
+
+// ErrPaused is returned (wrapped) by Dial while the sandbox is paused: a
+// frozen envd would accept the connection (the kernel completes the TCP
+// handshake) and then never answer.
+var ErrPaused = errors.New("sandbox is paused")
+
+// EnvdPort is where envd listens inside every sandbox.
+const EnvdPort = 49983
+
+// Config configures the backend.
+type Config struct {
+	// StateDir holds one directory per sandbox (disk image, log, mount
+	// points), e.g. <data-dir>/sandboxes.
+	StateDir string
+	// RunDir holds runtime state that must not outlive a reboot: network
+	// namespace bind mounts. Default /run/agent-sandbox.
+	RunDir string
+	// Log receives the backend's logs; default slog.Default().
+	Log *slog.Logger
+	// InitPath is the binary re-executed as each sandbox's init; default
+	// /proc/self/exe. It must call InitMain when IsInit(args).
+	InitPath string
+	// InitArgs are its arguments; default []string{"init"}.
+	InitArgs []string
+	// CgroupParent is the parent cgroup of all sandboxes, relative to the
+	// hierarchy root; default "agent-sandbox".
+	CgroupParent string
+	// NoNewPrivs sets no_new_privs for envd and everything it starts, which
+	// disables setuid programs such as sudo. See the package doc.
+	NoNewPrivs bool
+}
+
+func (c *Config) setDefaults() {
+	if c.RunDir == "" {
+		c.RunDir = "/run/agent-sandbox"
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	if c.InitPath == "" {
+		c.InitPath = "/proc/self/exe"
+	}
+	if c.InitArgs == nil {
+		c.InitArgs = []string{initCommand}
+	}
+	if c.CgroupParent == "" {
+		c.CgroupParent = "agent-sandbox"
+	}
+}
+
+// Validate reports what is wrong with c, after defaults.
+func (c *Config) Validate() error {
+	var errs []error
+	if !filepath.IsAbs(c.StateDir) {
+		errs = append(errs, fmt.Errorf("state dir %q is not an absolute path", c.StateDir))
+	}
+	if !filepath.IsAbs(c.RunDir) {
+		errs = append(errs, fmt.Errorf("run dir %q is not an absolute path", c.RunDir))
+	}
+	if strings.Trim(c.CgroupParent, "/") == "" || strings.Contains(c.CgroupParent, "..") {
+		errs = append(errs, fmt.Errorf("invalid cgroup parent %q", c.CgroupParent))
+	}
+	return errors.Join(errs...)
+}
+
+// initCommand is the hidden CLI command that runs InitMain.
+const initCommand = "init"
+
+// IsInit reports whether args (without the program name) ask for the
+// sandbox init, which the CLI must then run with InitMain.
+func IsInit(args []string) bool { return len(args) > 0 && args[0] == initCommand }

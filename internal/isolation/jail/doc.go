@@ -1,0 +1,50 @@
+// Package jail is the default isolation backend: each sandbox is a process
+// tree in its own mount, pid, uts, ipc, cgroup and network namespaces, with
+// an overlayfs root, a disk quota, cgroup limits, a reduced capability
+// bounding set and a seccomp filter. It needs root and Linux ≥ 5.8 (for
+// LOOP_CONFIGURE); no KVM.
+//
+// # How a sandbox starts
+//
+// Start (on the host, in the server):
+//
+//  1. makes StateDir/<id> and a sparse ext4 image there of DiskSizeMB (the
+//     disk quota; mkfs.ext4 without a journal);
+//  2. creates the network namespace <id> (package network) and the cgroup
+//     <CgroupParent>/<id> with the cpu, memory (no swap) and pids limits;
+//  3. re-executes InitPath with InitArgs (the hidden "init" command) from a
+//     thread inside that network namespace, with CLONE_NEWNS|NEWPID|NEWUTS|
+//     NEWIPC (and, on cgroup v2, NEWCGROUP plus CLONE_INTO_CGROUP, so the
+//     child never runs outside its group). On v1 the child waits for its
+//     configuration, which is written to it only after cgroup.Add;
+//  4. waits for init's status message and then for envd's GET /health,
+//     reached through the network namespace.
+//
+// InitMain (PID 1 in the sandbox, still running our binary) reads its
+// configuration as JSON from fd 3, unshares its cgroup namespace on v1,
+// attaches the image to a loop device with LO_FLAGS_AUTOCLEAR and mounts it
+// (only in its own mount namespace), mounts the overlay (lower: the
+// template, never written; upper and work: on the image), pivots into it
+// and detaches the old root, then mounts /proc (with masked paths), a
+// minimal read-only /dev with devpts and /dev/shm, a read-only /sys, and
+// envd read-only at /usr/bin/envd. It sets the hostname, makes itself
+// non-dumpable, drops the capability bounding set to keptCaps, optionally
+// sets no_new_privs, installs the seccomp filter (seccompRules), starts
+// envd, reports on fd 4, and reaps orphans until envd exits; then it exits
+// and the kernel kills everything left in the pid namespace. Its mount
+// namespace dies with it, which unmounts the overlay and the image and
+// frees the loop device.
+//
+// Everything a sandbox uses is named after its ID (directory, network
+// namespace, cgroup), so Cleanup works even from a State that a
+// half-finished Start never recorded, and Leftovers finds what no record
+// mentions.
+//
+// # no_new_privs
+//
+// Config.NoNewPrivs is off by default: templates promise a working sudo for
+// user "user", and no_new_privs disables setuid. That is safe because the
+// bounding set is already reduced, so a setuid-root program gains nothing
+// that root in the sandbox does not already have. Operators who want no
+// user→root transition at all turn it on.
+package jail

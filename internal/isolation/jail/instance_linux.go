@@ -1,0 +1,224 @@
+package jail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"golang.org/x/sys/unix"
+)
+
+// Instance is one jail sandbox.
+type Instance struct {
+	b     *Backend
+	id    string
+	cg    *cgroup.Cgroup
+	ns    *network.Namespace
+	dir   string
+	cmd   *exec.Cmd // nil when adopted
+	cpus  int
+	state state // set before the Instance is returned, then read-only
+
+	done     chan struct{} // closed when init has exited
+	stopOnce sync.Once
+	stopErr  error
+
+	mu        sync.Mutex // guards the fields below
+	paused    bool
+	stopping  bool
+	exit      isolation.Exit
+	lastCPU   time.Duration
+	lastCPUAt time.Time
+}
+
+var _ isolation.Instance = (*Instance)(nil)
+
+// State implements isolation.Instance.
+func (inst *Instance) State() json.RawMessage {
+	b, _ := json.Marshal(inst.state)
+	return b
+}
+
+// Dial implements isolation.Instance: it connects to 127.0.0.1:port from
+// inside the sandbox's network namespace.
+func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
+	inst.mu.Lock()
+	paused := inst.paused
+	inst.mu.Unlock()
+	if paused {
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, ErrPaused)
+	}
+	select {
+	case <-inst.done:
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrGone)
+	default:
+	}
+	c, err := inst.ns.Dial(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if errors.Is(err, unix.ECONNREFUSED) {
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w: %w", port, inst.id, isolation.ErrPortClosed, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, err)
+	}
+	return c, nil
+}
+
+// Pause implements isolation.Instance.
+func (inst *Instance) Pause(ctx context.Context) error {
+	inst.mu.Lock()
+	inst.paused = true // refuse new connections from now on
+	inst.mu.Unlock()
+	if err := inst.cg.Freeze(ctx); err != nil {
+		inst.mu.Lock()
+		inst.paused = false
+		inst.mu.Unlock()
+		return fmt.Errorf("pausing sandbox %s: %w", inst.id, err)
+	}
+	return nil
+}
+
+// Resume implements isolation.Instance.
+func (inst *Instance) Resume(ctx context.Context) error {
+	if err := inst.cg.Thaw(ctx); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", inst.id, err)
+	}
+	inst.mu.Lock()
+	inst.paused = false
+	inst.mu.Unlock()
+	return nil
+}
+
+// Stats implements isolation.Instance. CPUUsedPct is the share of the
+// sandbox's CPUs used since the previous sample (0–100).
+func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
+	s, err := inst.cg.Stats()
+	if err != nil {
+		return isolation.Stats{}, fmt.Errorf("sampling sandbox %s: %w", inst.id, err)
+	}
+	now := time.Now()
+	out := isolation.Stats{
+		Time:        now,
+		CPUCount:    inst.cpus,
+		MemUsed:     s.MemoryUsage,
+		MemTotal:    s.MemoryLimit,
+		MemCache:    s.MemoryCache,
+		OOMKills:    s.OOMKills,
+		ProcessesUp: int(s.Pids),
+	}
+	inst.mu.Lock()
+	if dt := now.Sub(inst.lastCPUAt); dt > 0 && s.CPUTime >= inst.lastCPU && inst.cpus > 0 {
+		out.CPUUsedPct = 100 * float64(s.CPUTime-inst.lastCPU) / float64(dt) / float64(inst.cpus)
+	}
+	inst.lastCPU, inst.lastCPUAt = s.CPUTime, now
+	inst.mu.Unlock()
+	// The overlay reports its upper filesystem, the sandbox's disk image.
+	var fs unix.Statfs_t
+	if err := unix.Statfs(fmt.Sprintf("/proc/%d/root/", inst.state.InitPid), &fs); err == nil && fs.Type != unix.PROC_SUPER_MAGIC {
+		bs := uint64(fs.Bsize)
+		out.DiskTotal = fs.Blocks * bs
+		out.DiskUsed = (fs.Blocks - fs.Bfree) * bs
+	}
+	return out, nil
+}
+
+// Done implements isolation.Instance.
+func (inst *Instance) Done() <-chan struct{} { return inst.done }
+
+// Exit implements isolation.Instance.
+func (inst *Instance) Exit() isolation.Exit {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	return inst.exit
+}
+
+// Stop implements isolation.Instance.
+func (inst *Instance) Stop(ctx context.Context) error {
+	inst.stopOnce.Do(func() {
+		inst.mu.Lock()
+		inst.stopping = true
+		inst.mu.Unlock()
+		inst.stopErr = inst.stop(context.WithoutCancel(ctx))
+	})
+	return inst.stopErr
+}
+
+func (inst *Instance) stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var errs []error
+	if err := inst.cg.Kill(ctx); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	select {
+	case <-inst.done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
+	}
+	errs = append(errs, inst.ns.Delete(), inst.cg.Delete(ctx),
+		releaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stopping sandbox %s: %w", inst.id, err)
+	}
+	return nil
+}
+
+// waitChild reaps init when this process started it.
+func (inst *Instance) waitChild() {
+	err := inst.cmd.Wait()
+	reason := "init exited"
+	if err != nil {
+		reason = "init exited: " + err.Error()
+	}
+	inst.finish(reason)
+}
+
+// waitPidfd waits for an adopted init (not our child) to exit.
+func (inst *Instance) waitPidfd(pf *os.File) {
+	defer pf.Close()
+	rc, err := pf.SyscallConn()
+	if err == nil {
+		err = rc.Read(func(fd uintptr) bool {
+			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ := unix.Poll(p, 0)
+			return n > 0
+		})
+	}
+	if err != nil {
+		// Not pollable: fall back to watching /proc.
+		for procStartTimeIs(inst.state.InitPid, inst.state.InitStart) {
+			time.Sleep(500 * time.Millisecond)
+		}
+	}
+	inst.finish("init exited")
+}
+
+func procStartTimeIs(pid int, start uint64) bool {
+	s, err := procStartTime(pid)
+	return err == nil && s == start
+}
+
+// finish records why the sandbox ended and closes done.
+func (inst *Instance) finish(reason string) {
+	var oom bool
+	if s, err := inst.cg.Stats(); err == nil && s.OOMKills > 0 {
+		oom = true
+		reason += fmt.Sprintf(" (%d processes killed by the memory limit)", s.OOMKills)
+	}
+	inst.mu.Lock()
+	if inst.stopping {
+		reason = "stopped"
+	}
+	inst.exit = isolation.Exit{OOM: oom, Reason: reason}
+	inst.mu.Unlock()
+	close(inst.done)
+}

@@ -1,0 +1,471 @@
+package jail
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"golang.org/x/sys/unix"
+)
+
+// Backend is the jail isolation backend.
+type Backend struct {
+	cfg Config
+}
+
+var _ isolation.Backend = (*Backend)(nil)
+
+// New returns a jail backend for cfg, after defaults and validation.
+func New(cfg Config) (*Backend, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("jail: %w", err)
+	}
+	for _, d := range []string{cfg.StateDir, cfg.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("jail: %w", err)
+		}
+	}
+	return &Backend{cfg: cfg}, nil
+}
+
+// Name implements isolation.Backend.
+func (b *Backend) Name() string { return "jail" }
+
+func (b *Backend) dir(id string) string        { return filepath.Join(b.cfg.StateDir, id) }
+func (b *Backend) cgroupName(id string) string { return b.cfg.CgroupParent + "/" + id }
+
+// Files in a sandbox directory.
+const (
+	diskFile = "disk.ext4"
+	logFile  = "init.log"
+	diskDir  = "disk" // mount point of the image, in the sandbox's mount namespace only
+	rootDir  = "root" // mount point of the overlay, likewise
+)
+
+// cleanupStack runs undo steps in reverse unless released.
+type cleanupStack []func(context.Context) error
+
+func (s *cleanupStack) push(f func(context.Context) error) { *s = append(*s, f) }
+
+func (s cleanupStack) run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var errs []error
+	for _, f := range slices.Backward(s) {
+		errs = append(errs, f(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// Start implements isolation.Backend.
+func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.Instance, err error) {
+	t0 := time.Now()
+	if err := validID(spec.ID); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	res := spec.Resources
+	if res.CPUCount <= 0 {
+		res.CPUCount = DefaultCPUCount
+	}
+	if res.MemoryMB <= 0 {
+		res.MemoryMB = DefaultMemoryMB
+	}
+	if res.DiskSizeMB <= 0 {
+		res.DiskSizeMB = DefaultDiskSizeMB
+	}
+	if res.Pids <= 0 {
+		res.Pids = DefaultPids
+	}
+	for _, p := range []string{spec.RootFS, spec.EnvdPath} {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("starting sandbox %s: %q is not an absolute path", spec.ID, p)
+		}
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	log := b.cfg.Log.With("sandbox_id", spec.ID)
+
+	var undo cleanupStack
+	defer func() {
+		if err != nil {
+			if uerr := undo.run(); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("rolling back: %w", uerr))
+			}
+			err = fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+		}
+	}()
+
+	dir := b.dir(spec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err // ErrExist if the ID is in use
+	}
+	undo.push(func(context.Context) error { return removeDir(dir) })
+	for _, d := range []string{diskDir, rootDir} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	image := filepath.Join(dir, diskFile)
+	undo.push(func(ctx context.Context) error { return releaseLoops(ctx, image) })
+	tDisk := time.Now()
+	if err := makeDisk(ctx, image, res.DiskSizeMB); err != nil {
+		return nil, err
+	}
+	dDisk := time.Since(tDisk)
+
+	ns, err := network.Create(b.cfg.RunDir, spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	undo.push(func(context.Context) error { return ns.Delete() })
+
+	cg, err := cgroup.Create(b.cgroupName(spec.ID), cgroup.Limits{
+		CPUs:        float64(res.CPUCount),
+		MemoryBytes: int64(res.MemoryMB) << 20,
+		Pids:        int64(res.Pids),
+	})
+	if err != nil {
+		return nil, err
+	}
+	undo.push(func(ctx context.Context) error {
+		return errors.Join(ignoreNotExist(cg.Kill(ctx)), cg.Delete(ctx))
+	})
+
+	logf, err := os.OpenFile(filepath.Join(dir, logFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+	cfgR, cfgW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer cfgR.Close()
+	defer cfgW.Close()
+	statR, statW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer statR.Close()
+	defer statW.Close()
+
+	cmd := exec.Command(b.cfg.InitPath, b.cfg.InitArgs...)
+	cmd.Args[0] = "agent-sandbox-init"
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{cfgR, statW} // fds 3 and 4
+	cmd.SysProcAttr = &unix.SysProcAttr{
+		Setsid:     true,
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWPID | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
+	}
+	icfg := initConfig{
+		ID:         spec.ID,
+		RootFS:     filepath.Clean(spec.RootFS),
+		Disk:       image,
+		DiskDir:    filepath.Join(dir, diskDir),
+		RootDir:    filepath.Join(dir, rootDir),
+		EnvdPath:   spec.EnvdPath,
+		EnvdArgs:   []string{"--addr", "0.0.0.0:" + strconv.Itoa(EnvdPort)},
+		Hostname:   hostname,
+		NoNewPrivs: b.cfg.NoNewPrivs,
+	}
+	if cg.Mode() == cgroup.V2 {
+		// Born in the group, with the cgroup namespace rooted there.
+		fd, err := cg.OpenDir()
+		if err != nil {
+			return nil, err
+		}
+		defer fd.Close()
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = int(fd.Fd())
+		cmd.SysProcAttr.Cloneflags |= unix.CLONE_NEWCGROUP
+	} else {
+		icfg.UnshareCgroup = true
+	}
+	if err := ns.Do(cmd.Start); err != nil {
+		return nil, fmt.Errorf("starting init: %w", err)
+	}
+	inst := &Instance{
+		b: b, id: spec.ID, cg: cg, ns: ns, dir: dir, cmd: cmd,
+		cpus: res.CPUCount, done: make(chan struct{}),
+		lastCPUAt: time.Now(),
+	}
+	go inst.waitChild()
+	undo.push(func(ctx context.Context) error {
+		_ = cmd.Process.Kill()
+		select {
+		case <-inst.done:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+	cfgR.Close()
+	statW.Close()
+	if cg.Mode() != cgroup.V2 {
+		// Into the group before it learns what to run: until then it blocks
+		// reading fd 3.
+		if err := cg.Add(cmd.Process.Pid); err != nil {
+			return nil, err
+		}
+	}
+	if err := json.NewEncoder(cfgW).Encode(&icfg); err != nil {
+		return nil, fmt.Errorf("sending init its configuration: %w", err)
+	}
+	cfgW.Close()
+
+	st, err := readStatus(ctx, statR)
+	if err != nil {
+		return nil, err
+	}
+	tInit := time.Now()
+	start, err := procStartTime(cmd.Process.Pid)
+	if err != nil {
+		return nil, fmt.Errorf("reading init's start time: %w", err)
+	}
+	inst.state = state{
+		InitPid: cmd.Process.Pid, InitStart: start, Cgroup: cg.Name(), Netns: ns.Name(),
+		Dir: dir, CPUCount: res.CPUCount,
+	}
+	if err := inst.waitHealthy(ctx); err != nil {
+		return nil, err
+	}
+	log.Debug("sandbox started", "init_pid", cmd.Process.Pid, "envd_pid_in_sandbox", st.EnvdPid,
+		"total", time.Since(t0), "mkfs", dDisk, "init", tInit.Sub(t0), "envd", time.Since(tInit))
+	return inst, nil
+}
+
+// readStatus reads init's one status message, or fails when ctx ends first.
+func readStatus(ctx context.Context, r *os.File) (initStatus, error) {
+	type result struct {
+		st  initStatus
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		var st initStatus
+		b, err := io.ReadAll(io.LimitReader(r, 64<<10))
+		if err == nil {
+			err = json.Unmarshal(b, &st)
+			if len(b) == 0 {
+				err = errors.New("init exited without a word (see its log)")
+			}
+		}
+		ch <- result{st, err}
+	}()
+	select {
+	case res := <-ch:
+		if res.err != nil {
+			return initStatus{}, fmt.Errorf("reading init's status: %w", res.err)
+		}
+		if res.st.Error != "" {
+			return initStatus{}, errors.New(res.st.Error)
+		}
+		return res.st, nil
+	case <-ctx.Done():
+		_ = r.SetReadDeadline(time.Now())
+		return initStatus{}, fmt.Errorf("waiting for init: %w", ctx.Err())
+	}
+}
+
+// waitHealthy polls envd's GET /health until it answers 2xx or ctx ends.
+func (inst *Instance) waitHealthy(ctx context.Context) error {
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return inst.Dial(ctx, EnvdPort)
+		},
+		DisableKeepAlives: true,
+	}}
+	delay := time.Millisecond
+	var last error
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://envd/health", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode/100 == 2 {
+				return nil
+			}
+			err = fmt.Errorf("GET /health: %s", resp.Status)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for envd: %w (last: %w)", ctx.Err(), last)
+		case <-inst.done:
+			return fmt.Errorf("waiting for envd: %w: %s", isolation.ErrGone, inst.Exit().Reason)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 50*time.Millisecond)
+	}
+}
+
+// Adopt implements isolation.Backend.
+func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (isolation.Instance, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("adopting sandbox %s: parsing state: %w", id, err)
+	}
+	if err := validID(id); err != nil {
+		return nil, fmt.Errorf("adopting sandbox: %w", err)
+	}
+	gone := func(why string, args ...any) error {
+		return fmt.Errorf("adopting sandbox %s: %w: %s", id, isolation.ErrGone, fmt.Sprintf(why, args...))
+	}
+	if st.InitPid <= 0 || st.Cgroup != b.cgroupName(id) || st.Netns != id || st.Dir != b.dir(id) {
+		return nil, gone("state does not describe this sandbox")
+	}
+	// The pidfd pins the process; check its identity after opening it.
+	pidfd, err := unix.PidfdOpen(st.InitPid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, gone("init pid %d: %v", st.InitPid, err)
+	}
+	pf := os.NewFile(uintptr(pidfd), "pidfd")
+	ok := false
+	defer func() {
+		if !ok {
+			pf.Close()
+		}
+	}()
+	if start, err := procStartTime(st.InitPid); err != nil || start != st.InitStart {
+		return nil, gone("init pid %d is not the recorded process", st.InitPid)
+	}
+	cg, err := cgroup.Load(st.Cgroup)
+	if err != nil {
+		return nil, gone("%v", err)
+	}
+	procs, err := cg.Procs()
+	if err != nil || !slices.Contains(procs, st.InitPid) {
+		return nil, gone("init pid %d is not in cgroup %s", st.InitPid, st.Cgroup)
+	}
+	ns, err := network.Open(b.cfg.RunDir, st.Netns)
+	if err != nil {
+		return nil, gone("%v", err)
+	}
+	frozen, _ := cg.Frozen()
+	inst := &Instance{
+		b: b, id: id, cg: cg, ns: ns, dir: st.Dir, state: st, cpus: st.CPUCount,
+		done: make(chan struct{}), paused: frozen, lastCPUAt: time.Now(),
+	}
+	if s, err := cg.Stats(); err == nil {
+		inst.lastCPU = s.CPUTime
+	}
+	ok = true
+	go inst.waitPidfd(pf)
+	return inst, nil
+}
+
+// Cleanup implements isolation.Backend. Names derive from id, so it works
+// with a state that is empty or from a half-finished Start.
+func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) error {
+	if err := validID(id); err != nil {
+		return fmt.Errorf("cleaning up sandbox: %w", err)
+	}
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	cg, err := cgroup.Load(b.cgroupName(id))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		errs = append(errs, err)
+	default:
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		errs = append(errs, ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx))
+		cancel()
+	}
+	ns, err := network.Open(b.cfg.RunDir, id)
+	if err == nil {
+		errs = append(errs, ns.Delete())
+	} else if _, serr := os.Lstat(filepath.Join(network.Dir(b.cfg.RunDir), id)); serr == nil {
+		// A file left without its mount by a Create that stopped half-way.
+		errs = append(errs, os.Remove(filepath.Join(network.Dir(b.cfg.RunDir), id)))
+	}
+	errs = append(errs, releaseLoops(ctx, filepath.Join(b.dir(id), diskFile)), removeDir(b.dir(id)))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleaning up sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Leftovers returns the IDs of sandboxes that have a directory, network
+// namespace or cgroup but are not in known, for the manager to Cleanup.
+func (b *Backend) Leftovers(known map[string]bool) ([]string, error) {
+	found := map[string]bool{}
+	var errs []error
+	if entries, err := os.ReadDir(b.cfg.StateDir); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, e := range entries {
+			if e.IsDir() {
+				found[e.Name()] = true
+			}
+		}
+	}
+	if names, err := network.List(b.cfg.RunDir); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, n := range names {
+			found[n] = true
+		}
+	}
+	for _, d := range cgroupParentDirs(b.cfg.CgroupParent) {
+		entries, err := os.ReadDir(d)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				found[e.Name()] = true
+			}
+		}
+	}
+	var ids []string
+	for id := range found {
+		if !known[id] && validID(id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids, errors.Join(errs...)
+}
+
+// cgroupParentDirs returns the parent group's directory in each hierarchy a
+// sandbox group may live in.
+func cgroupParentDirs(parent string) []string {
+	mode, err := cgroup.Detect()
+	if err != nil {
+		return nil
+	}
+	if mode == cgroup.V2 {
+		return []string{filepath.Join(cgroup.Root, parent)}
+	}
+	var dirs []string
+	for _, c := range []string{"freezer", "pids", "memory", "cpu", "cpuacct", "cpuset"} {
+		dirs = append(dirs, filepath.Join(cgroup.Root, c, parent))
+	}
+	return dirs
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

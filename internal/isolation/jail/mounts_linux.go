@@ -1,0 +1,257 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// envdGuestPath is where envd appears inside every sandbox.
+const envdGuestPath = "/usr/bin/envd"
+
+// Paths in the sandbox's /proc and /sys that are hidden (files: /dev/null
+// bound over them; directories: an empty read-only tmpfs) or made read-only,
+// as Docker does.
+var (
+	maskedPaths = []string{
+		"/proc/acpi", "/proc/asound", "/proc/interrupts", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/sched_debug", "/proc/scsi", "/proc/sysrq-trigger",
+		"/proc/timer_list", "/proc/timer_stats", "/sys/devices/virtual/powercap",
+		"/sys/firmware",
+	}
+	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"}
+)
+
+// devices are the nodes of the sandbox's /dev.
+var devices = []struct {
+	name         string
+	major, minor uint32
+}{
+	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8},
+	{"urandom", 1, 9}, {"tty", 5, 0},
+}
+
+// buildRoot mounts the sandbox's root filesystem and pivots into it. Runs in
+// init, in the sandbox's fresh mount namespace.
+func buildRoot(cfg *initConfig) error {
+	for _, p := range []string{cfg.RootFS, cfg.DiskDir, cfg.RootDir} {
+		if strings.ContainsAny(p, ",:\\") {
+			return fmt.Errorf("path %q cannot be an overlay option", p)
+		}
+	}
+	// Nothing mounted here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("making mounts private: %w", err)
+	}
+	if err := mountDisk(cfg.Disk, cfg.DiskDir); err != nil {
+		return err
+	}
+	upper, work := filepath.Join(cfg.DiskDir, "upper"), filepath.Join(cfg.DiskDir, "work")
+	for _, d := range []string{upper, work} {
+		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	// nodev: CAP_MKNOD is kept, so device nodes must not work here.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cfg.RootFS, upper, work)
+	if err := unix.Mount("overlay", cfg.RootDir, "overlay", unix.MS_NODEV, opts); err != nil {
+		return fmt.Errorf("mounting overlay (%s) at %s: %w", opts, cfg.RootDir, err)
+	}
+	// What must come from the host is taken before the host is out of
+	// sight: envd as a detached bind mount, attached after the pivot.
+	envd, err := unix.OpenTree(unix.AT_FDCWD, cfg.EnvdPath, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("cloning a mount of envd %s: %w", cfg.EnvdPath, err)
+	}
+	defer unix.Close(envd)
+
+	// Pivot first, so that every later path is resolved inside the new root
+	// and a symlink in the template cannot point a mount at the host.
+	if err := unix.Chdir(cfg.RootDir); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detaching the old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return err
+	}
+
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	if err := mountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	if err := buildDev(); err != nil {
+		return err
+	}
+	if err := mountAt("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return err
+	}
+	if err := maskPaths(); err != nil {
+		return err
+	}
+	// envd, read-only, over an empty file in the overlay.
+	if err := os.MkdirAll(filepath.Dir(envdGuestPath), 0o755); err != nil {
+		return err
+	}
+	if f, err := os.OpenFile(envdGuestPath, os.O_CREATE|os.O_RDONLY, 0o755); err != nil {
+		return fmt.Errorf("creating mount point for envd: %w", err)
+	} else {
+		f.Close()
+	}
+	if err := unix.MoveMount(envd, "", unix.AT_FDCWD, envdGuestPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mounting envd: %w", err)
+	}
+	if err := unix.Mount("", envdGuestPath, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("making envd read-only: %w", err)
+	}
+	return nil
+}
+
+// mountDisk attaches the image to a free loop device that detaches itself
+// once unmounted, and mounts it at dir.
+func mountDisk(image, dir string) error {
+	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening disk image: %w", err)
+	}
+	defer img.Close()
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("opening loop control: %w", err)
+	}
+	defer ctl.Close()
+	loopCfg := unix.LoopConfig{Fd: uint32(img.Fd())}
+	loopCfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
+	copy(loopCfg.Info.File_name[:], image)
+	for try := 0; ; try++ {
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return fmt.Errorf("finding a free loop device: %w", err)
+		}
+		dev, err := openLoop(n, filepath.Dir(dir))
+		if err != nil {
+			return err
+		}
+		err = unix.IoctlLoopConfigure(int(dev.Fd()), &loopCfg)
+		if errors.Is(err, unix.EBUSY) && try < 100 {
+			dev.Close() // raced with another sandbox for it
+			continue
+		}
+		if err != nil {
+			dev.Close()
+			return fmt.Errorf("attaching %s to %s: %w", image, dev.Name(), err)
+		}
+		// With AUTOCLEAR the device detaches at its last close, so it stays
+		// open until the mount holds it.
+		err = unix.Mount(dev.Name(), dir, "ext4", unix.MS_NODEV, "")
+		dev.Close()
+		if err != nil {
+			return fmt.Errorf("mounting %s at %s: %w", dev.Name(), dir, err)
+		}
+		return nil
+	}
+}
+
+// openLoop opens /dev/loop<n>, making a node for it in scratch (a host
+// directory of this sandbox) when the host's /dev has none.
+func openLoop(n int, scratch string) (*os.File, error) {
+	name := fmt.Sprintf("/dev/loop%d", n)
+	f, err := os.OpenFile(name, os.O_RDWR|unix.O_CLOEXEC, 0)
+	if !errors.Is(err, os.ErrNotExist) {
+		return f, err
+	}
+	node := filepath.Join(scratch, fmt.Sprintf("loop%d", n))
+	_ = os.Remove(node)
+	if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil {
+		return nil, fmt.Errorf("making a node for loop%d: %w", n, err)
+	}
+	defer os.Remove(node)
+	return os.OpenFile(node, os.O_RDWR|unix.O_CLOEXEC, 0)
+}
+
+func buildDev() error {
+	if err := mountAt("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=64k"); err != nil {
+		return err
+	}
+	for _, d := range devices {
+		p := "/dev/" + d.name
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
+			return fmt.Errorf("making %s: %w", p, err)
+		}
+	}
+	for _, l := range [][2]string{
+		{"pts/ptmx", "/dev/ptmx"}, {"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
+		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
+	} {
+		if err := os.Symlink(l[0], l[1]); err != nil {
+			return err
+		}
+	}
+	if err := mountAt("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+		return err
+	}
+	if err := mountAt("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return err
+	}
+	// Read-only: root in the sandbox has CAP_MKNOD but must not add nodes.
+	if err := unix.Mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_STRICTATIME, ""); err != nil {
+		return fmt.Errorf("making /dev read-only: %w", err)
+	}
+	return nil
+}
+
+func maskPaths() error {
+	for _, p := range maskedPaths {
+		fi, err := os.Stat(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if fi.IsDir() {
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+		} else {
+			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
+		}
+		if err != nil {
+			return fmt.Errorf("masking %s: %w", p, err)
+		}
+	}
+	for _, p := range readonlyPaths {
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := bindReadonly(p, p, unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC); err != nil {
+			return fmt.Errorf("making %s read-only: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// mountAt makes the directory target (inside the new root) and mounts there.
+func mountAt(source, target, fstype string, flags uintptr, data string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	if err := unix.Mount(source, target, fstype, flags, data); err != nil {
+		return fmt.Errorf("mounting %s at %s: %w", fstype, target, err)
+	}
+	return nil
+}
+
+func bindReadonly(source, target string, flags uintptr) error {
+	if err := unix.Mount(source, target, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	return unix.Mount("", target, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|flags, "")
+}

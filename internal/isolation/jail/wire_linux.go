@@ -1,0 +1,44 @@
+package jail
+
+import (
+	"fmt"
+	"strings"
+)
+
+// state is what Instance.State records (as JSON) for Adopt and Cleanup.
+type state struct {
+	InitPid   int    `json:"init_pid"`
+	InitStart uint64 `json:"init_start"` // /proc/<pid>/stat field 22, against pid reuse
+	Cgroup    string `json:"cgroup"`
+	Netns     string `json:"netns"`
+	Dir       string `json:"dir"`
+	CPUCount  int    `json:"cpu_count"`
+}
+
+// initConfig is what the host sends the sandbox's init on fd 3.
+type initConfig struct {
+	ID            string   `json:"id"`
+	RootFS        string   `json:"rootfs"`
+	Disk          string   `json:"disk"`     // ext4 image
+	DiskDir       string   `json:"disk_dir"` // where init mounts it (host path, empty dir)
+	RootDir       string   `json:"root_dir"` // where init mounts the overlay
+	EnvdPath      string   `json:"envd_path"`
+	EnvdArgs      []string `json:"envd_args"`
+	Hostname      string   `json:"hostname"`
+	NoNewPrivs    bool     `json:"no_new_privs"`
+	UnshareCgroup bool     `json:"unshare_cgroup"` // cgroup v1: after cgroup.Add
+}
+
+// initStatus is init's one reply on fd 4.
+type initStatus struct {
+	Error    string `json:"error,omitempty"`
+	EnvdPid  int    `json:"envd_pid,omitempty"`
+	Finished bool   `json:"finished"`
+}
+
+func validID(id string) error {
+	if id == "" || len(id) > 128 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+		return fmt.Errorf("invalid sandbox id %q", id)
+	}
+	return nil
+}
