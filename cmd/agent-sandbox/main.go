@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -15,6 +16,12 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		// A command run in a sandbox failed: exit with its code, quietly.
+		var exit *cli.ExitError
+		if errors.As(err, &exit) {
+			stop()
+			os.Exit(exit.Code)
+		}
 		fmt.Fprintln(os.Stderr, "agent-sandbox:", err)
 		os.Exit(1)
 	}

@@ -36,24 +36,21 @@ Flags:
 // returns nil on a clean shutdown. It writes usage and the version to stdout.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned; usage is printed below
 	var cfg Config
 	var showVersion bool
 	fs.StringVar(&cfg.Addr, "addr", "0.0.0.0:49983", "TCP `address` to listen on")
 	fs.StringVar(&cfg.Defaults.User, "default-user", "root", "`user` that requests act as until /init sets another")
 	fs.StringVar(&cfg.Defaults.Workdir, "default-workdir", "", "working `directory` for commands and relative paths until /init sets one (empty: the user's home)")
 	fs.BoolVar(&showVersion, "version", false, "print the envd protocol version and exit")
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, usage)
 			fs.SetOutput(stdout)
-			fs.Usage()
+			fs.PrintDefaults()
 			return nil
 		}
-		return err
+		return fmt.Errorf("%w (see envd --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q (see envd --help)", fs.Arg(0))

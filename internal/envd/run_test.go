@@ -35,3 +35,17 @@ func TestRunRejectsStrayArguments(t *testing.T) {
 		t.Error("Run accepted a stray argument")
 	}
 }
+
+func TestRunHelpGoesToStdoutOnly(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := Run(context.Background(), []string{"-h"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if stderr.Len() != 0 || !strings.HasPrefix(stdout.String(), "Usage: envd") {
+		t.Errorf("stdout %q, stderr %q; want the usage on stdout only", stdout.String(), stderr.String())
+	}
+	err := Run(context.Background(), []string{"--nope"}, &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--help") {
+		t.Errorf("unknown flag: error %v, want one pointing at --help", err)
+	}
+}

@@ -1,0 +1,76 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+)
+
+// FileOptions configures ReadFile and WriteFile.
+type FileOptions struct {
+	// User reads or writes as this user (relative paths are under the
+	// user's home, written files are owned by the user); "" means envd's
+	// default user.
+	User string
+}
+
+// ReadFile returns the contents of the file at path in the sandbox
+// (GET /files). A missing file gives an error matching ErrNotFound; other
+// failures are *APIError values.
+func (s *Sandbox) ReadFile(ctx context.Context, path string, opts FileOptions) ([]byte, error) {
+	res, err := s.files(ctx, http.MethodGet, path, opts, nil)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s in sandbox %s: %w", path, s.ID, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s in sandbox %s: %w", path, s.ID, err)
+	}
+	return b, nil
+}
+
+// WriteFile creates or replaces the file at path in the sandbox with data,
+// creating missing parent directories (POST /files).
+func (s *Sandbox) WriteFile(ctx context.Context, path string, data []byte, opts FileOptions) error {
+	if data == nil {
+		data = []byte{}
+	}
+	res, err := s.files(ctx, http.MethodPost, path, opts, data)
+	if err != nil {
+		return fmt.Errorf("writing %s in sandbox %s: %w", path, s.ID, err)
+	}
+	res.Body.Close()
+	return nil
+}
+
+// files sends one /files request; a non-2xx answer becomes an *APIError.
+func (s *Sandbox) files(ctx context.Context, method, path string, opts FileOptions, body []byte) (*http.Response, error) {
+	q := url.Values{"path": {path}}
+	if opts.User != "" {
+		q.Set("username", opts.User)
+	}
+	var r io.Reader
+	if body != nil {
+		r = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.envdURL+"/files?"+q.Encode(), r)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/octet-stream")
+	}
+	res, err := s.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode/100 != 2 {
+		defer res.Body.Close()
+		return nil, readAPIError(res)
+	}
+	return res, nil
+}

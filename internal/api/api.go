@@ -1,0 +1,213 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
+
+// Sandboxes is what the API needs from the sandbox manager.
+type Sandboxes interface {
+	Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error)
+	Get(ctx context.Context, id string) (store.Sandbox, error)
+	List(ctx context.Context, q store.ListQuery) ([]store.Sandbox, string, error)
+	Kill(ctx context.Context, id string) error
+	SetTimeout(ctx context.Context, id string, d time.Duration) error
+	Connect(ctx context.Context, id string, d time.Duration) (sb store.Sandbox, resumed bool, err error)
+	Pause(ctx context.Context, id string) error
+	Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error)
+}
+
+// Keys verifies API keys; *store.Store implements it.
+type Keys interface {
+	VerifyAPIKey(ctx context.Context, plaintext string) (store.APIKey, error)
+}
+
+// DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Config wires a Handler.
+type Config struct {
+	Sandboxes Sandboxes
+	Keys      Keys
+	// EnvdVersion is reported as envdVersion (envd.Version); required.
+	EnvdVersion string
+	// Domain is returned as the sandbox domain; empty gives null, so the
+	// SDK keeps using its own E2B_DOMAIN.
+	Domain string
+	// Ready reports whether the server can take requests (GET /health);
+	// nil means always ready.
+	Ready func() bool
+	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	Log          *slog.Logger
+	// Now returns the current time (default time.Now).
+	Now func() time.Time
+}
+
+// Handler serves the control-plane API. It is safe for concurrent use.
+type Handler struct {
+	sandboxes   Sandboxes
+	keys        Keys
+	envdVersion string
+	domain      string
+	ready       func() bool
+	maxBody     int64
+	log         *slog.Logger
+	now         func() time.Time
+
+	mux *http.ServeMux
+}
+
+// New returns the API handler for cfg.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Sandboxes == nil || cfg.Keys == nil {
+		return nil, errors.New("api: Sandboxes and Keys are required")
+	}
+	if cfg.EnvdVersion == "" {
+		return nil, errors.New("api: EnvdVersion is required")
+	}
+	h := &Handler{
+		sandboxes:   cfg.Sandboxes,
+		keys:        cfg.Keys,
+		envdVersion: cfg.EnvdVersion,
+		domain:      cfg.Domain,
+		ready:       cfg.Ready,
+		maxBody:     cfg.MaxBodyBytes,
+		log:         cfg.Log,
+		now:         cfg.Now,
+	}
+	if h.ready == nil {
+		h.ready = func() bool { return true }
+	}
+	if h.maxBody <= 0 {
+		h.maxBody = DefaultMaxBodyBytes
+	}
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.now == nil {
+		h.now = time.Now
+	}
+	h.mux = http.NewServeMux()
+	h.routes()
+	return h, nil
+}
+
+// routes registers every endpoint; handlers live in one file per group.
+func (h *Handler) routes() {
+	h.mux.HandleFunc("GET /health", h.health)
+
+	h.mux.Handle("POST /sandboxes", h.auth(h.createV1))
+	h.mux.Handle("POST /v2/sandboxes", h.auth(h.createV2))
+	h.mux.Handle("GET /sandboxes", h.auth(h.listLegacy))
+	h.mux.Handle("GET /v2/sandboxes", h.auth(h.listV2))
+	h.mux.Handle("GET /sandboxes/{id}", h.auth(h.getInfo))
+	h.mux.Handle("DELETE /sandboxes/{id}", h.auth(h.kill))
+	h.mux.Handle("POST /sandboxes/{id}/connect", h.auth(h.connectV1))
+	h.mux.Handle("POST /v2/sandboxes/{id}/connect", h.auth(h.connectV2))
+	h.mux.Handle("POST /sandboxes/{id}/timeout", h.auth(h.setTimeout))
+	h.mux.Handle("POST /sandboxes/{id}/refreshes", h.auth(h.refresh))
+	h.mux.Handle("POST /sandboxes/{id}/pause", h.auth(h.pause))
+	h.mux.Handle("GET /sandboxes/{id}/metrics", h.auth(h.metrics))
+}
+
+// probeMethods are tried to tell "wrong method" (405) from "no such path".
+var probeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	setCORS(w, r)
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if _, pattern := h.mux.Handler(r); pattern == "" {
+		var allow []string
+		for _, m := range probeMethods {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, p := h.mux.Handler(probe); p != "" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) > 0 {
+			w.Header().Set("Allow", strings.Join(allow, ", "))
+			writeError(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+			return
+		}
+		writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+		return
+	}
+	h.mux.ServeHTTP(w, r)
+}
+
+// auth wraps next with the X-API-Key check. Header names are
+// case-insensitive (net/http canonicalizes them).
+func (h *Handler) auth(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if key == "" {
+			writeError(w, http.StatusUnauthorized, "missing API key: set the X-API-Key header")
+			return
+		}
+		if _, err := h.keys.VerifyAPIKey(r.Context(), key); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				writeError(w, http.StatusUnauthorized, "invalid API key")
+				return
+			}
+			h.log.Error("verifying api key", "err", err)
+			writeError(w, http.StatusInternalServerError, internalMessage)
+			return
+		}
+		if !h.ready() {
+			writeError(w, http.StatusServiceUnavailable, notReadyMessage)
+			return
+		}
+		next(w, r)
+	})
+}
+
+// notReadyMessage answers every call made before the server can create
+// sandboxes (on first start it builds the base template, which takes
+// minutes).
+const notReadyMessage = "server is starting (it may be building the base template); retry when GET /health answers 204"
+
+// exposedHeaders are the response headers a browser client may read.
+const exposedHeaders = "X-Next-Token, X-Total-Running, Content-Length"
+
+// setCORS allows any origin, method and request header (spec §7.13).
+func setCORS(w http.ResponseWriter, r *http.Request) {
+	hdr := w.Header()
+	if origin := r.Header.Get("Origin"); origin != "" {
+		hdr.Set("Access-Control-Allow-Origin", origin)
+		hdr.Add("Vary", "Origin")
+	} else {
+		hdr.Set("Access-Control-Allow-Origin", "*")
+	}
+	hdr.Set("Access-Control-Expose-Headers", exposedHeaders)
+	if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
+		hdr.Set("Access-Control-Allow-Methods", "GET, POST, PUT, PATCH, DELETE, HEAD, OPTIONS")
+		if req := r.Header.Get("Access-Control-Request-Headers"); req != "" {
+			hdr.Set("Access-Control-Allow-Headers", req)
+		} else {
+			hdr.Set("Access-Control-Allow-Headers", "X-API-Key, Content-Type, Authorization")
+		}
+		hdr.Set("Access-Control-Max-Age", "7200")
+	}
+}
+
+// health answers 204 once the server is ready, 503 before.
+func (h *Handler) health(w http.ResponseWriter, r *http.Request) {
+	if !h.ready() {
+		writeError(w, http.StatusServiceUnavailable, notReadyMessage)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+)
+
+// Server-side create defaults (spec §2.3).
+const (
+	defaultTimeoutV1 = 15 * time.Second
+	defaultTimeoutV2 = 300 * time.Second
+)
+
+// createBody is NewSandbox (v1) and NewSandboxV2; v2 has no secure field.
+// Fields the server does not implement yet (autoPauseMemory, autoResume,
+// mcp, iam, volumeMounts) are ignored like any unknown field.
+type createBody struct {
+	TemplateID          string            `json:"templateID"`
+	Timeout             *int64            `json:"timeout"`
+	Metadata            map[string]string `json:"metadata"`
+	EnvVars             map[string]string `json:"envVars"`
+	AllowInternetAccess *bool             `json:"allow_internet_access"`
+	Network             json.RawMessage   `json:"network"`
+	AutoPause           *bool             `json:"autoPause"`
+	Secure              *bool             `json:"secure"`
+}
+
+// createV1 implements POST /sandboxes: timeout 15 s and secure false by
+// default.
+func (h *Handler) createV1(w http.ResponseWriter, r *http.Request) {
+	h.create(w, r, defaultTimeoutV1, false)
+}
+
+// createV2 implements POST /v2/sandboxes: timeout 300 s, always secure.
+func (h *Handler) createV2(w http.ResponseWriter, r *http.Request) {
+	h.create(w, r, defaultTimeoutV2, true)
+}
+
+func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout time.Duration, v2 bool) {
+	var body createBody
+	if err := h.decodeBody(w, r, &body); err != nil {
+		if err == errNoBody {
+			writeError(w, http.StatusBadRequest, errNoBody.Error())
+		}
+		return
+	}
+	if body.TemplateID == "" {
+		writeError(w, http.StatusBadRequest, "templateID is required")
+		return
+	}
+	timeout := defTimeout
+	if body.Timeout != nil {
+		d, msg := seconds("timeout", *body.Timeout)
+		if msg != "" {
+			writeError(w, http.StatusBadRequest, msg)
+			return
+		}
+		timeout = d
+	}
+	network := body.Network
+	if bytes.Equal(bytes.TrimSpace(network), []byte("null")) {
+		network = nil
+	}
+	if len(network) > 0 && bytes.TrimSpace(network)[0] != '{' {
+		writeError(w, http.StatusBadRequest, "malformed JSON body: field network: expected an object")
+		return
+	}
+	req := sandbox.CreateRequest{
+		Template:            body.TemplateID,
+		Timeout:             timeout,
+		Metadata:            body.Metadata,
+		EnvVars:             body.EnvVars,
+		AutoPause:           body.AutoPause != nil && *body.AutoPause,
+		Secure:              v2 || (body.Secure != nil && *body.Secure),
+		AllowInternetAccess: body.AllowInternetAccess,
+		Network:             network,
+	}
+	sb, err := h.sandboxes.Create(r.Context(), req)
+	if err != nil {
+		h.fail(w, r, "", err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, h.sandboxView(sb))
+}
+
+// seconds converts a timeout in seconds from a request, which must be at
+// least 1; the message is empty when n is acceptable.
+func seconds(field string, n int64) (time.Duration, string) {
+	if n < 1 {
+		return 0, fmt.Sprintf("%s must be at least 1 second, got %d", field, n)
+	}
+	if n > math.MaxInt32 {
+		return 0, fmt.Sprintf("%s of %d seconds is too large", field, n)
+	}
+	return time.Duration(n) * time.Second, ""
+}

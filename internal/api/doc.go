@@ -1,0 +1,14 @@
+// Package api is the control-plane REST API of the E2B wire protocol
+// (spec §2): creating, listing, inspecting, extending, pausing and killing
+// sandboxes, and their metrics.
+//
+// It is a thin translation layer. Requests are decoded and defaulted here
+// (v1 and v2 create and connect differ only in defaults), the work is done by
+// a [Sandboxes] implementation (the sandbox manager in production, a fake in
+// tests), and errors are turned into the E2B error body
+// {"code": <status>, "message": "..."} — for every non-2xx answer, including
+// unknown routes, because the SDKs branch on the JSON code field.
+//
+// Every route except GET /health needs an API key in the X-API-Key header,
+// checked with [Keys]. CORS is permissive so the SDKs work in a browser.
+package api

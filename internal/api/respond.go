@@ -1,0 +1,135 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
+
+// internalMessage is all a client learns about a 500; the detail is logged.
+const internalMessage = "internal server error"
+
+// errorBody is the E2B error body; code always equals the HTTP status.
+type errorBody struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// writeJSON writes v as a JSON response with the given status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the client is gone if this fails
+}
+
+// writeError writes {"code": status, "message": msg}.
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorBody{Code: status, Message: msg})
+}
+
+// fail turns a manager error about sandbox id into an HTTP answer: not
+// found 404, conflict 409, invalid 400, anything else 500 with the detail
+// only in the log.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound) && id == "":
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, sandbox.ErrNotFound):
+		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q doesn't exist or you don't have access to it", id))
+	case errors.Is(err, sandbox.ErrConflict):
+		writeError(w, http.StatusConflict, err.Error())
+	case errors.Is(err, sandbox.ErrInvalid):
+		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, store.ErrInvalidToken):
+		writeError(w, http.StatusBadRequest, "invalid nextToken")
+	default:
+		h.log.Error("api request", "method", r.Method, "path", r.URL.Path, "sandbox_id", id, "err", err)
+		writeError(w, http.StatusInternalServerError, internalMessage)
+	}
+}
+
+// errNoBody is returned by decodeBody when the body is empty.
+var errNoBody = errors.New("request body is required")
+
+// decodeBody decodes the JSON request body into v. Unknown fields are
+// ignored. An empty body gives errNoBody (callers with optional bodies treat
+// it as {}); any other failure has already been answered (400 or 413) and
+// is returned only so the caller stops.
+func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, h.maxBody)
+	dec := json.NewDecoder(body)
+	err := dec.Decode(v)
+	if err == nil {
+		// Exactly one JSON value: anything but whitespace after it is an error.
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errors.New("unexpected data after the JSON value")
+			if terr != nil && !isSyntax(terr) {
+				err = terr
+			}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if err == io.EOF { // nothing but whitespace
+		return errNoBody
+	}
+	writeBodyError(w, err)
+	return err
+}
+
+func isSyntax(err error) bool {
+	var se *json.SyntaxError
+	return errors.As(err, &se)
+}
+
+// writeBodyError answers a body that could not be decoded.
+func writeBodyError(w http.ResponseWriter, err error) {
+	var (
+		maxErr  *http.MaxBytesError
+		synErr  *json.SyntaxError
+		typeErr *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &maxErr):
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", maxErr.Limit))
+	case errors.As(err, &synErr):
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("malformed JSON body at offset %d: %v", synErr.Offset, synErr))
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			writeError(w, http.StatusBadRequest, fmt.Sprintf("malformed JSON body: expected %s, got %s", jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("malformed JSON body: field %s: expected %s, got %s", field, jsonKind(typeErr.Type.Kind().String()), typeErr.Value))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		writeError(w, http.StatusBadRequest, "malformed JSON body: unexpected end of input")
+	default:
+		writeError(w, http.StatusBadRequest, "malformed JSON body: "+err.Error())
+	}
+}
+
+// jsonKind names a Go kind the way a JSON client thinks of it.
+func jsonKind(kind string) string {
+	switch {
+	case strings.HasPrefix(kind, "int"), strings.HasPrefix(kind, "uint"):
+		return "an integer"
+	case strings.HasPrefix(kind, "float"):
+		return "a number"
+	case kind == "string":
+		return "a string"
+	case kind == "bool":
+		return "a boolean"
+	case kind == "map", kind == "struct":
+		return "an object"
+	case kind == "slice", kind == "array":
+		return "an array"
+	}
+	return kind
+}

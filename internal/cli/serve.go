@@ -1,0 +1,66 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/server"
+)
+
+var serveCommand = &command{
+	name:    "serve",
+	summary: "run the server (API, sandbox router, sandboxes); needs root",
+	detail: `Run the server: the E2B-compatible control plane (REST API) and the router
+for sandbox traffic, on one listener. On first start it builds the base
+template (a few minutes; progress is shown) and creates an API key, then
+prints the environment variables that point the E2B SDKs at it. GET /health
+answers 204 once sandboxes can be created.
+
+Sandbox traffic is routed by host (<port>-<sandboxID>.<domain>) or by the
+E2b-Sandbox-Id and E2b-Sandbox-Port headers (with E2B_SANDBOX_URL).
+Sandboxes keep running when the server stops and are adopted when it starts
+again. Needs root: sandboxes use namespaces, cgroups and mounts.
+
+Environment:
+  AGENT_SANDBOX_API_KEY   an API key to accept, like --api-key`,
+	interspersed: true,
+	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {
+		cfg := server.DefaultConfig()
+		fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "`ADDR` to listen on (API and sandbox traffic)")
+		fs.StringVar(&cfg.Domain, "domain", "", "`DOMAIN` the SDKs use (E2B_DOMAIN); default: from --listen, e.g. localhost:3000")
+		fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "`DIR` for the database, templates, sandboxes and TLS files")
+		apiKey := fs.String("api-key", "", "an API `KEY` to accept (e2b_ + 40 hex digits), for automation")
+		fs.BoolVar(&cfg.TLS, "tls", false, "serve HTTPS with a certificate for DOMAIN and *.DOMAIN from a CA in DIR/tls")
+		fs.StringVar(&cfg.EnvdPath, "envd", "", "envd `BINARY` mounted into sandboxes; default: envd next to this executable")
+		fs.StringVar(&cfg.Mirror, "mirror", "", "Debian mirror `URL` templates are built from; default http://deb.debian.org/debian")
+		debug := fs.Bool("debug", false, "log at debug level")
+		return func(ctx context.Context, args []string, std streams) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected argument %q", args[0])
+			}
+			if *apiKey == "" {
+				*apiKey = os.Getenv("AGENT_SANDBOX_API_KEY")
+			}
+			if *apiKey != "" {
+				cfg.APIKeys = []string{*apiKey}
+			}
+			if os.Geteuid() != 0 {
+				return errors.New("needs root: sandboxes use namespaces, cgroups and mounts (run it with sudo)")
+			}
+			level := slog.LevelInfo
+			if *debug {
+				level = slog.LevelDebug
+			}
+			log := slog.New(slog.NewTextHandler(std.stderr, &slog.HandlerOptions{Level: level}))
+			srv, err := server.New(ctx, cfg, log, std.stderr)
+			if err != nil {
+				return err
+			}
+			return srv.Run(ctx, std.stdout)
+		}
+	},
+}

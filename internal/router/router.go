@@ -1,0 +1,214 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+)
+
+// Dialer opens connections to ports inside sandboxes; *sandbox.Manager
+// implements it. Errors wrap sandbox.ErrNotFound, sandbox.ErrPaused or
+// isolation.ErrPortClosed.
+type Dialer interface {
+	Dial(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
+// EnvdPort is the port of envd inside every sandbox.
+const EnvdPort = 49983
+
+// internalRoutes are envd endpoints only the server may call (spec §3.5).
+var internalRoutes = map[string]bool{
+	"/init": true, "/freeze": true, "/unfreeze": true,
+	"/collapse": true, "/fsfreeze": true, "/fsthaw": true,
+}
+
+// Config wires a Router.
+type Config struct {
+	Dialer Dialer
+	// Domain is the sandbox domain D of <port>-<id>.D hosts; it may carry
+	// a port ("example.test:8443"). Empty disables host routing: only the
+	// header routing on localhost, IP literals and sandbox.* works.
+	Domain string
+	Log    *slog.Logger
+}
+
+// Router proxies sandbox traffic. It is safe for concurrent use.
+type Router struct {
+	dialer        Dialer
+	domain        string // lower case, no trailing dot
+	domainHasPort bool
+	log           *slog.Logger
+	proxy         *httputil.ReverseProxy
+	transport     *http.Transport
+}
+
+// New returns a router for cfg.
+func New(cfg Config) (*Router, error) {
+	if cfg.Dialer == nil {
+		return nil, errors.New("router: Dialer is required")
+	}
+	rt := &Router{
+		dialer: cfg.Dialer,
+		domain: strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
+		log:    cfg.Log,
+	}
+	if rt.log == nil {
+		rt.log = slog.New(slog.DiscardHandler)
+	}
+	if strings.ContainsAny(rt.domain, "/ ") || strings.HasPrefix(rt.domain, ".") {
+		return nil, fmt.Errorf("router: invalid domain %q", cfg.Domain)
+	}
+	if _, _, err := net.SplitHostPort(rt.domain); err == nil {
+		rt.domainHasPort = true
+	}
+	rt.transport = &http.Transport{
+		// The URL host is "<id>:<port>" (see rewrite), which keeps pooled
+		// connections per sandbox port and tells dial where to go.
+		DialContext:           rt.dial,
+		ForceAttemptHTTP2:     false,
+		DisableCompression:    true,
+		MaxIdleConnsPerHost:   16,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+	rt.proxy = &httputil.ReverseProxy{
+		Rewrite:       rewrite,
+		Transport:     rt.transport,
+		FlushInterval: -1,
+		ErrorHandler:  rt.proxyError,
+		ErrorLog:      slog.NewLogLogger(rt.log.Handler(), slog.LevelDebug),
+	}
+	return rt, nil
+}
+
+// Close closes idle connections to sandboxes.
+func (rt *Router) Close() error {
+	rt.transport.CloseIdleConnections()
+	return nil
+}
+
+// Match reports whether r is sandbox traffic: routed by headers (Host
+// localhost, an IP literal or sandbox.*, with E2b-Sandbox-Id or
+// E2b-Sandbox-Port) or by a Host under the domain other than api.<domain>.
+// Malformed sandbox requests match too; ServeHTTP answers them with 400.
+func (rt *Router) Match(r *http.Request) bool {
+	_, ok, _ := rt.resolve(r)
+	return ok
+}
+
+// Front returns the handler for the server's one listener: sandbox traffic
+// (Match) goes to the router, everything else to api.
+func (rt *Router) Front(api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rt.Match(r) {
+			rt.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP implements http.Handler: it proxies r to its sandbox port.
+func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	t, ok, err := rt.resolve(r)
+	if !ok {
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: http.StatusBadRequest, Message: "not a sandbox request"})
+		return
+	}
+	var re *routeError
+	if errors.As(err, &re) {
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: http.StatusBadRequest, Message: re.msg})
+		return
+	}
+	if t.port == EnvdPort && internalRoutes[path.Clean("/"+r.URL.Path)] {
+		writeJSON(w, http.StatusNotFound, errorBody{Code: http.StatusNotFound, Message: "route not found"})
+		return
+	}
+	if !rt.authorize(w, r, t) {
+		return
+	}
+	// Let a streamed request body keep flowing after the response starts
+	// (HTTP/1.1; HTTP/2 is full duplex already and reports an error).
+	_ = http.NewResponseController(w).EnableFullDuplex()
+	ctx := context.WithValue(r.Context(), targetKey{}, t)
+	rt.proxy.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// authorize is where traffic access tokens will be checked (a sandbox
+// created with allowPublicTraffic: false needs e2b-traffic-access-token on
+// every port but envd's, else 403). Every request is allowed for now.
+func (rt *Router) authorize(w http.ResponseWriter, r *http.Request, t target) bool {
+	return true
+}
+
+// targetKey carries the resolved target from ServeHTTP to rewrite and the
+// error handler.
+type targetKey struct{}
+
+// rewrite points the outgoing request at the sandbox port. The Host header
+// is kept as the client sent it; X-Forwarded-For/-Host/-Proto are set;
+// ReverseProxy drops hop-by-hop headers and passes Upgrade through.
+func rewrite(pr *httputil.ProxyRequest) {
+	t := pr.In.Context().Value(targetKey{}).(target)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
+	pr.Out.Host = pr.In.Host
+	pr.SetXForwarded()
+}
+
+// dial opens a connection for the transport; addr is "<id>:<port>".
+func (rt *Router) dial(ctx context.Context, _, addr string) (net.Conn, error) {
+	id, portText, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("dialing sandbox address %q: %w", addr, err)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, fmt.Errorf("dialing sandbox address %q: %w", addr, err)
+	}
+	return rt.dialer.Dial(ctx, id, port)
+}
+
+// proxyError answers a request the proxy could not complete before any
+// response header was written.
+func (rt *Router) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	t := r.Context().Value(targetKey{}).(target)
+	if r.Context().Err() != nil {
+		return // the client went away; nobody reads the answer
+	}
+	if !isSandboxError(err) {
+		// A pooled connection may have been cut by a kill or pause just
+		// before use; a fresh dial says what is wrong with the sandbox.
+		if conn, derr := rt.dialer.Dial(r.Context(), t.id, t.port); derr != nil {
+			err = derr
+		} else {
+			conn.Close()
+		}
+	}
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
+	case errors.Is(err, sandbox.ErrPaused):
+		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox is paused", Code: http.StatusBadGateway})
+	case errors.Is(err, isolation.ErrPortClosed):
+		writeJSON(w, http.StatusBadGateway, portErrorBody{SandboxID: t.id, Message: "The sandbox is running but port is not open", Port: t.port, Code: http.StatusBadGateway})
+	default:
+		rt.log.Warn("proxying to sandbox", "sandbox_id", t.id, "port", t.port, "err", err)
+		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox did not answer", Code: http.StatusBadGateway})
+	}
+}
+
+func isSandboxError(err error) bool {
+	return errors.Is(err, sandbox.ErrNotFound) || errors.Is(err, sandbox.ErrPaused) || errors.Is(err, isolation.ErrPortClosed)
+}

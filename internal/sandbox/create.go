@@ -1,0 +1,263 @@
+package sandbox
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
+)
+
+// EnvdPort is where envd listens inside every sandbox.
+const EnvdPort = 49983
+
+// Defaults the manager gives envd when the template does not say.
+const (
+	defaultUser    = "user"
+	defaultWorkdir = "/home/user"
+)
+
+// initTimeout bounds how long Create waits for envd to accept POST /init.
+const initTimeout = 30 * time.Second
+
+// Create starts a sandbox and returns once envd is initialised in it.
+func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
+	if err := m.checkTimeout(req.Timeout); err != nil {
+		return store.Sandbox{}, err
+	}
+	if req.Network != nil && !json.Valid(req.Network) {
+		return store.Sandbox{}, invalid("network config is not valid JSON")
+	}
+	tmpl, err := m.cfg.Templates.Lookup(req.Template)
+	if errors.Is(err, template.ErrNotFound) {
+		return store.Sandbox{}, invalid("template '%s' not found", req.Template)
+	}
+	if err != nil {
+		return store.Sandbox{}, fmt.Errorf("looking up template %q: %w", req.Template, err)
+	}
+
+	now := m.cfg.Now()
+	rec := store.Sandbox{
+		TemplateID:          tmpl.ID,
+		Alias:               tmpl.Name,
+		State:               store.StateStarting,
+		StartedAt:           now,
+		EndAt:               now.Add(req.Timeout),
+		CPUCount:            m.cfg.DefaultCPU,
+		MemoryMB:            m.cfg.DefaultMemory,
+		DiskSizeMB:          m.cfg.DefaultDisk,
+		Metadata:            req.Metadata,
+		EnvVars:             req.EnvVars,
+		AllowInternetAccess: req.AllowInternetAccess,
+		AutoPause:           req.AutoPause,
+		Network:             req.Network,
+		Backend:             m.cfg.Backend.Name(),
+	}
+	if req.Secure {
+		rec.EnvdAccessToken = newToken()
+	}
+	if denyPublicTraffic(req.Network) {
+		rec.TrafficAccessToken = newToken()
+	}
+	// Record the sandbox before anything exists, so a crash from here on
+	// leaves a "starting" record that reconcile cleans up.
+	for attempt := 0; ; attempt++ {
+		rec.ID = newID()
+		rec, err = m.cfg.Store.CreateSandbox(ctx, rec)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrExists) || attempt == 3 {
+			return store.Sandbox{}, fmt.Errorf("recording new sandbox: %w", err)
+		}
+	}
+	log := m.log.With("sandbox_id", rec.ID)
+	log.Info("creating sandbox", "template", tmpl.ID)
+
+	fail := func(inst isolation.Instance, step string, err error) (store.Sandbox, error) {
+		err = fmt.Errorf("creating sandbox %s: %s: %w", rec.ID, step, err)
+		bg := context.WithoutCancel(ctx)
+		if inst != nil {
+			if serr := inst.Stop(bg); serr != nil {
+				log.Error("stopping sandbox after a failed create", "err", serr)
+			}
+		} else if cerr := m.cfg.Backend.Cleanup(bg, rec.ID, nil); cerr != nil {
+			log.Error("cleaning up after a failed create", "err", cerr)
+		}
+		if serr := m.cfg.Store.SetState(bg, rec.ID, store.StateError, err.Error()); serr != nil {
+			log.Error("recording a failed create", "err", serr)
+		}
+		return store.Sandbox{}, err
+	}
+
+	inst, err := m.cfg.Backend.Start(ctx, isolation.Spec{
+		ID:       rec.ID,
+		RootFS:   tmpl.RootFS,
+		EnvdPath: m.cfg.EnvdPath,
+		Hostname: rec.ID,
+		Resources: isolation.Resources{
+			CPUCount:   rec.CPUCount,
+			MemoryMB:   rec.MemoryMB,
+			DiskSizeMB: rec.DiskSizeMB,
+		},
+	})
+	if err != nil {
+		return fail(nil, "starting", err)
+	}
+	if err := m.cfg.Store.SetBackendState(ctx, rec.ID, inst.State()); err != nil {
+		return fail(inst, "recording backend state", err)
+	}
+
+	env := maps.Clone(tmpl.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, req.EnvVars)
+	body := initBody{
+		EnvVars:        env,
+		DefaultUser:    cmp.Or(tmpl.User, defaultUser),
+		DefaultWorkdir: cmp.Or(tmpl.Workdir, defaultWorkdir),
+		Timestamp:      m.cfg.Now(),
+	}
+	if rec.EnvdAccessToken != "" {
+		body.AccessToken = &rec.EnvdAccessToken
+	}
+	if err := initEnvd(ctx, inst, body); err != nil {
+		return fail(inst, "initialising envd", err)
+	}
+
+	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+		sb.State = store.StateRunning
+		sb.BackendState = inst.State()
+		return nil
+	})
+	if err != nil {
+		return fail(inst, "recording running state", err)
+	}
+	sb := &sandbox{
+		id:        rec.ID,
+		log:       log,
+		inst:      inst,
+		cpus:      rec.CPUCount,
+		state:     store.StateRunning,
+		endAt:     rec.EndAt,
+		autoPause: rec.AutoPause,
+		conns:     map[*trackedConn]struct{}{},
+		metrics:   newRing(m.ringSize()),
+	}
+	m.register(sb)
+	log.Info("sandbox running", "took", m.cfg.Now().Sub(now).Round(time.Millisecond))
+	return rec, nil
+}
+
+// initBody is envd's POST /init request (internal/envd/init.go).
+type initBody struct {
+	EnvVars        map[string]string `json:"envVars"`
+	AccessToken    *string           `json:"accessToken,omitempty"`
+	DefaultUser    string            `json:"defaultUser"`
+	DefaultWorkdir string            `json:"defaultWorkdir"`
+	Timestamp      time.Time         `json:"timestamp"`
+}
+
+// initEnvd posts body to envd's /init, retrying while envd's port does not
+// accept connections yet, until envd answers or initTimeout passes.
+func initEnvd(ctx context.Context, inst isolation.Instance, body initBody) error {
+	ctx, cancel := context.WithTimeout(ctx, initTimeout)
+	defer cancel()
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return inst.Dial(ctx, EnvdPort)
+		},
+		DisableKeepAlives: true,
+	}}
+	defer client.CloseIdleConnections()
+	delay := 5 * time.Millisecond
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(payload))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := client.Do(req)
+		if err == nil {
+			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			if resp.StatusCode/100 != 2 {
+				return fmt.Errorf("POST /init: %s: %s", resp.Status, bytes.TrimSpace(msg))
+			}
+			return nil
+		}
+		// Retry only while envd is not listening yet.
+		if !errors.Is(err, isolation.ErrPortClosed) {
+			return fmt.Errorf("POST /init: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("POST /init: %w (last: %w)", ctx.Err(), err)
+		case <-inst.Done():
+			return fmt.Errorf("POST /init: %w: %s", isolation.ErrGone, inst.Exit().Reason)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 100*time.Millisecond)
+	}
+}
+
+// idAlphabet is what sandbox IDs are made of after the leading "i".
+const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// newID returns "i" and 20 random characters of [a-z0-9], as E2B's IDs.
+func newID() string {
+	const n = 20
+	out := make([]byte, 0, n+1)
+	out = append(out, 'i')
+	var buf [32]byte
+	for len(out) < n+1 {
+		rand.Read(buf[:])
+		for _, b := range buf {
+			// 252 = 7*36: reject the rest so every character is equally likely.
+			if b < 252 && len(out) < n+1 {
+				out = append(out, idAlphabet[b%36])
+			}
+		}
+	}
+	return string(out)
+}
+
+// newToken returns a random access token (64 hex digits).
+func newToken() string {
+	var b [32]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// denyPublicTraffic reports whether the create-time network config sets
+// allowPublicTraffic to false, which makes the sandbox's user ports need a
+// traffic access token.
+func denyPublicTraffic(network []byte) bool {
+	if len(network) == 0 {
+		return false
+	}
+	var n struct {
+		AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+	}
+	if err := json.Unmarshal(network, &n); err != nil {
+		return false
+	}
+	return n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic
+}

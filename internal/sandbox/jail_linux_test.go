@@ -1,0 +1,361 @@
+package sandbox
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/agent-sandbox/agent-sandbox/gen/process"
+	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
+	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+// TestMain lets the test binary serve as the jail's re-executed init.
+func TestMain(m *testing.M) {
+	if jail.IsInit(os.Args[1:]) {
+		if err := jail.InitMain(os.Args[1:]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestJail drives a real jail sandbox through the manager: create, run a
+// command through Dial, pause/resume with a process kept, adoption by a
+// new manager, and kill.
+func TestJail(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := buildTestRootfs(rootfs); err != nil {
+		t.Fatalf("building rootfs: %v", err)
+	}
+	envdPath := testEnvd(t, dir)
+
+	runDir := filepath.Join(dir, "run")
+	cgParent := fmt.Sprintf("agent-sandbox-sbtest-%d", os.Getpid())
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	backend, err := jail.New(jail.Config{
+		StateDir:     filepath.Join(dir, "sandboxes"),
+		RunDir:       runDir,
+		CgroupParent: cgParent,
+		Log:          log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
+		for _, d := range cgroupParentDirs(cgParent) {
+			_ = unix.Rmdir(d)
+		}
+	})
+	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	cfg := Config{
+		Store:   st,
+		Backend: backend,
+		Templates: fakeTemplates{"tiny": {
+			Name: "tiny", ID: "tiny-000000000000", RootFS: rootfs, User: "user", Workdir: "/home/user",
+		}},
+		EnvdPath: envdPath,
+		Log:      log,
+	}
+	newManager := func() *Manager {
+		m, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m := newManager()
+	defer func() { m.Close() }()
+
+	t0 := time.Now()
+	sb, err := m.Create(ctx, CreateRequest{
+		Template: "tiny", Timeout: time.Minute, Secure: true,
+		EnvVars: map[string]string{"FOO": "bar"},
+	})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Logf("Create took %v", time.Since(t0))
+	t.Cleanup(func() { _ = backend.Cleanup(context.Background(), sb.ID, nil) })
+
+	out, code := runIn(t, m, sb, "/bin/sh", "-c", `echo hi; echo "$FOO"; pwd; id -u`)
+	if code != 0 || out != "hi\nbar\n/home/user\n1000\n" {
+		t.Errorf("command: exit %d, output %q", code, out)
+	}
+
+	// A process survives pause and resume with its pid.
+	pid := startIn(t, m, sb, "/bin/sleep", "3600")
+	if err := m.Pause(ctx, sb.ID); err != nil {
+		t.Fatalf("Pause: %v", err)
+	}
+	if _, err := m.Dial(ctx, sb.ID, EnvdPort); err == nil {
+		t.Error("Dial succeeded while paused")
+	}
+	if _, resumed, err := m.Connect(ctx, sb.ID, time.Minute); err != nil || !resumed {
+		t.Fatalf("Connect = %v, %v", resumed, err)
+	}
+	if pids := listPids(t, m, sb); !slices.Contains(pids, pid) {
+		t.Errorf("sleep pid %d gone after resume; processes %v", pid, pids)
+	}
+
+	// A new manager adopts the running sandbox.
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m = newManager()
+	if pids := listPids(t, m, sb); !slices.Contains(pids, pid) {
+		t.Errorf("sleep pid %d gone after adoption; processes %v", pid, pids)
+	}
+
+	if err := m.Kill(ctx, sb.ID); err != nil {
+		t.Fatalf("Kill: %v", err)
+	}
+	if _, err := m.Dial(ctx, sb.ID, EnvdPort); err == nil {
+		t.Error("Dial succeeded after kill")
+	}
+	if ids, _ := backend.Leftovers(nil); slices.Contains(ids, sb.ID) {
+		t.Errorf("leftovers after kill: %v", ids)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(sb.ID)) {
+		t.Error("mounts of the sandbox left after kill")
+	}
+	if r, _ := st.GetSandbox(ctx, sb.ID); r.State != store.StateKilled {
+		t.Errorf("state after kill %s", r.State)
+	}
+}
+
+// processClient talks to envd in sb through m.Dial.
+func processClient(m *Manager, sb store.Sandbox) processconnect.ProcessClient {
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return m.Dial(ctx, sb.ID, EnvdPort)
+		},
+	}}
+	return processconnect.NewProcessClient(hc, "http://envd", connect.WithProtoJSON())
+}
+
+func withToken[T any](sb store.Sandbox, msg *T) *connect.Request[T] {
+	req := connect.NewRequest(msg)
+	req.Header().Set("X-Access-Token", sb.EnvdAccessToken)
+	return req
+}
+
+// runIn runs a command as the default user and returns its stdout and exit code.
+func runIn(t *testing.T, m *Manager, sb store.Sandbox, cmd string, args ...string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	stream, err := processClient(m, sb).Start(ctx, withToken(sb, &process.StartRequest{Process: &process.ProcessConfig{Cmd: cmd, Args: args}}))
+	if err != nil {
+		t.Fatalf("starting %s: %v", cmd, err)
+	}
+	defer stream.Close()
+	var out strings.Builder
+	code := -1
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		out.Write(ev.GetData().GetStdout())
+		if e := ev.GetEnd(); e != nil {
+			code = int(e.GetExitCode())
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("running %s: %v", cmd, err)
+	}
+	return out.String(), code
+}
+
+// startIn starts a command, returns its pid and leaves it running.
+func startIn(t *testing.T, m *Manager, sb store.Sandbox, cmd string, args ...string) uint32 {
+	t.Helper()
+	stream, err := processClient(m, sb).Start(context.Background(), withToken(sb, &process.StartRequest{Process: &process.ProcessConfig{Cmd: cmd, Args: args}}))
+	if err != nil {
+		t.Fatalf("starting %s: %v", cmd, err)
+	}
+	defer stream.Close()
+	if !stream.Receive() {
+		t.Fatalf("starting %s: %v", cmd, stream.Err())
+	}
+	pid := stream.Msg().GetEvent().GetStart().GetPid()
+	if pid == 0 {
+		t.Fatalf("starting %s: first event %v", cmd, stream.Msg())
+	}
+	return pid
+}
+
+func listPids(t *testing.T, m *Manager, sb store.Sandbox) []uint32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := processClient(m, sb).List(ctx, withToken(sb, &process.ListRequest{}))
+	if err != nil {
+		t.Fatalf("listing processes: %v", err)
+	}
+	var pids []uint32
+	for _, p := range resp.Msg.GetProcesses() {
+		pids = append(pids, p.GetPid())
+	}
+	return pids
+}
+
+// testEnvd returns make build's bin/envd, or builds envd into dir.
+func testEnvd(t *testing.T, dir string) string {
+	t.Helper()
+	if p, err := filepath.Abs("../../bin/envd"); err == nil {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p := filepath.Join(dir, "envd")
+	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/envd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building envd: %v: %s", err, out)
+	}
+	return p
+}
+
+// buildTestRootfs makes the smallest root filesystem envd and the test
+// need: a few host binaries with their libraries, and a passwd with root
+// and user (uid 1000, home /home/user).
+func buildTestRootfs(root string) error {
+	for _, l := range [][2]string{{"usr/bin", "bin"}, {"usr/sbin", "sbin"}, {"usr/lib", "lib"}, {"usr/lib64", "lib64"}} {
+		if err := os.MkdirAll(filepath.Join(root, l[0]), 0o755); err != nil {
+			return err
+		}
+		if err := os.Symlink(l[0], filepath.Join(root, l[1])); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"etc", "root", "home/user", "tmp", "proc", "sys", "dev"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+		return err
+	}
+	if err := os.Chown(filepath.Join(root, "home/user"), 1000, 1000); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+		"etc/group":  "root:x:0:\nuser:x:1000:\n",
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	libs := map[string]bool{}
+	for _, b := range []string{"sh", "bash", "sleep", "echo", "cat", "id", "ls"} {
+		p, err := exec.LookPath(b)
+		if err != nil {
+			return err
+		}
+		if err := copyFile(p, filepath.Join(root, "usr/bin", b)); err != nil {
+			return err
+		}
+		if err := lddLibs(p, libs); err != nil {
+			return err
+		}
+	}
+	for lib := range libs {
+		if err := copyFile(lib, filepath.Join(root, lib)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lddLibs adds the absolute paths of bin's shared libraries to libs.
+func lddLibs(bin string, libs map[string]bool) error {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		if len(out) == 0 || bytes.Contains(out, []byte("not a dynamic executable")) {
+			return nil // static
+		}
+		return fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		for _, f := range strings.Fields(sc.Text()) {
+			if strings.HasPrefix(f, "/") {
+				libs[f] = true
+			}
+		}
+	}
+	return nil
+}
+
+// copyFile copies src (following symlinks) to dst with mode 0755, unless
+// dst exists.
+func copyFile(src, dst string) error {
+	if _, err := os.Lstat(dst); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// cgroupParentDirs returns the directories of the sandboxes' parent cgroup.
+func cgroupParentDirs(parent string) []string {
+	mode, err := cgroup.Detect()
+	if err != nil {
+		return nil
+	}
+	if mode == cgroup.V2 {
+		return []string{filepath.Join(cgroup.Root, parent)}
+	}
+	var dirs []string
+	for _, c := range []string{"freezer", "pids", "memory", "cpu", "cpuacct", "cpuset"} {
+		dirs = append(dirs, filepath.Join(cgroup.Root, c, parent))
+	}
+	return dirs
+}

@@ -1,0 +1,349 @@
+// Package sandbox is the lifecycle manager: it creates sandboxes on an
+// isolation backend from templates, initialises envd in them, enforces
+// timeouts, pauses and resumes, samples metrics, and reconciles with the
+// store after a restart. Every state change is written to the store before
+// it is acted on.
+//
+// The store is the source of truth for what callers read (Get, List); the
+// Manager keeps, per live sandbox, the backend Instance, the fields its
+// background loops need (state, endAt, autoPause), the connections handed
+// out by Dial and a ring of metric samples.
+//
+// Locking: Manager.mu guards the set of live sandboxes. Each sandbox has an
+// op mutex that serializes its lifecycle transitions (pause, resume, kill,
+// expiry, death) and is held across store writes and backend calls — so one
+// slow sandbox never blocks another — and a mu that guards its in-memory
+// fields and is never held across I/O.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
+)
+
+// Errors the API and router map to HTTP statuses. The errors this package
+// returns wrap them; for ErrNotFound, ErrConflict and ErrInvalid the
+// returned error's text is meant for the caller (for example "Timeout
+// cannot be greater than 24 hours").
+var (
+	ErrNotFound = errors.New("sandbox not found")             // 404; killed sandboxes too
+	ErrConflict = errors.New("sandbox is in the wrong state") // 409 (already paused, transitioning)
+	ErrInvalid  = errors.New("invalid request")               // 400 (bad timeout, unknown template, …)
+	ErrPaused   = errors.New("sandbox is paused")             // router: 502 for a paused sandbox
+)
+
+// Templates finds a template by name, name:tag or ID.
+type Templates interface {
+	Lookup(ref string) (*template.Template, error)
+}
+
+// Config wires a Manager.
+type Config struct {
+	Store     *store.Store
+	Backend   isolation.Backend
+	Templates Templates
+	EnvdPath  string // host path of the envd binary mounted into sandboxes
+	Log       *slog.Logger
+
+	MaxTimeout    time.Duration // longest allowed timeout (default 24h)
+	MetricsEvery  time.Duration // sampling period (default 5s)
+	DefaultCPU    int           // default 2
+	DefaultMemory int           // MB, default 512
+	DefaultDisk   int           // MB, default 1024
+	Now           func() time.Time
+}
+
+// Defaults of the zero Config fields.
+const (
+	DefaultMaxTimeout   = 24 * time.Hour
+	DefaultMetricsEvery = 5 * time.Second
+	DefaultCPU          = 2
+	DefaultMemoryMB     = 512
+	DefaultDiskMB       = 1024
+)
+
+func (c *Config) setDefaults() {
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.MetricsEvery <= 0 {
+		c.MetricsEvery = DefaultMetricsEvery
+	}
+	if c.DefaultCPU <= 0 {
+		c.DefaultCPU = DefaultCPU
+	}
+	if c.DefaultMemory <= 0 {
+		c.DefaultMemory = DefaultMemoryMB
+	}
+	if c.DefaultDisk <= 0 {
+		c.DefaultDisk = DefaultDiskMB
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// CreateRequest is a create call after the API decoded and defaulted it.
+type CreateRequest struct {
+	Template            string
+	Timeout             time.Duration
+	Metadata            map[string]string
+	EnvVars             map[string]string
+	AutoPause           bool
+	Secure              bool // issue an envd access token
+	AllowInternetAccess *bool
+	Network             []byte // opaque JSON kept for getInfo
+}
+
+// Metric is one sample for GET /sandboxes/{id}/metrics.
+type Metric struct {
+	Timestamp  time.Time
+	CPUCount   int
+	CPUUsedPct float64
+	MemUsed    uint64
+	MemTotal   uint64
+	MemCache   uint64
+	DiskUsed   uint64
+	DiskTotal  uint64
+}
+
+// Manager owns every sandbox of this server.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	stop chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	mu        sync.Mutex // guards the fields below
+	sandboxes map[string]*sandbox
+	started   bool
+	closed    bool
+}
+
+// sandbox is the in-memory side of one live (running or paused) sandbox.
+type sandbox struct {
+	id   string
+	log  *slog.Logger
+	inst isolation.Instance
+	cpus int // for metrics when the backend does not say
+
+	// op serializes lifecycle transitions; it is held across store writes
+	// and backend calls.
+	op sync.Mutex
+
+	mu        sync.Mutex // guards the fields below; never held across I/O
+	state     store.State
+	endAt     time.Time
+	autoPause bool
+	expiring  bool   // an expiry is in flight
+	epoch     uint64 // bumped whenever tracked connections are dropped
+	conns     map[*trackedConn]struct{}
+	metrics   ring
+}
+
+// New returns a manager; call Start to reconcile and begin background work.
+func New(cfg Config) (*Manager, error) {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("no store"))
+	}
+	if cfg.Backend == nil {
+		errs = append(errs, errors.New("no isolation backend"))
+	}
+	if cfg.Templates == nil {
+		errs = append(errs, errors.New("no templates"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("configuring sandbox manager: %w", err)
+	}
+	cfg.setDefaults()
+	return &Manager{
+		cfg:       cfg,
+		log:       cfg.Log,
+		stop:      make(chan struct{}),
+		sandboxes: map[string]*sandbox{},
+	}, nil
+}
+
+// Start reconciles with the store (adopts live sandboxes, cleans up the rest
+// and anything no record mentions) and starts the timeout and metrics loops.
+func (m *Manager) Start(ctx context.Context) error {
+	m.mu.Lock()
+	if m.started || m.closed {
+		m.mu.Unlock()
+		return errors.New("starting sandbox manager: already started or closed")
+	}
+	m.started = true
+	m.mu.Unlock()
+	if err := m.reconcile(ctx); err != nil {
+		return fmt.Errorf("starting sandbox manager: %w", err)
+	}
+	m.goroutine(m.timeoutLoop)
+	m.goroutine(m.metricsLoop)
+	return nil
+}
+
+// Close stops background work. Running sandboxes keep running and are
+// adopted by the next server.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	close(m.stop)
+	m.mu.Unlock()
+	m.wg.Wait()
+	return nil
+}
+
+// goroutine runs f in a goroutine that Close waits for, unless the manager
+// is closed already.
+func (m *Manager) goroutine(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		f()
+	}()
+}
+
+// Get returns a running or paused sandbox (ErrNotFound otherwise).
+func (m *Manager) Get(ctx context.Context, id string) (store.Sandbox, error) {
+	sb, err := m.cfg.Store.GetSandbox(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Sandbox{}, notFound(id)
+	}
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if sb.State != store.StateRunning && sb.State != store.StatePaused {
+		return store.Sandbox{}, notFound(id)
+	}
+	return sb, nil
+}
+
+// List lists sandboxes (see store.ListQuery). Only running and paused
+// sandboxes are ever listed: other states in q.States are ignored.
+func (m *Manager) List(ctx context.Context, q store.ListQuery) ([]store.Sandbox, string, error) {
+	if len(q.States) > 0 {
+		var states []store.State
+		for _, s := range q.States {
+			if s == store.StateRunning || s == store.StatePaused {
+				states = append(states, s)
+			}
+		}
+		if len(states) == 0 {
+			return []store.Sandbox{}, "", nil
+		}
+		q.States = states
+	}
+	out, next, err := m.cfg.Store.ListSandboxes(ctx, q)
+	switch {
+	case errors.Is(err, store.ErrInvalidToken):
+		return nil, "", &userError{kind: ErrInvalid, msg: "invalid nextToken", cause: err}
+	case errors.Is(err, store.ErrInvalid):
+		return nil, "", &userError{kind: ErrInvalid, msg: err.Error(), cause: err}
+	}
+	return out, next, err
+}
+
+// lookup returns the live sandbox id, or ErrNotFound.
+func (m *Manager) lookup(id string) (*sandbox, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb := m.sandboxes[id]
+	if sb == nil {
+		return nil, notFound(id)
+	}
+	return sb, nil
+}
+
+// live returns every live sandbox.
+func (m *Manager) live() []*sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		out = append(out, sb)
+	}
+	return out
+}
+
+// register makes sb live and watches its instance for death.
+func (m *Manager) register(sb *sandbox) {
+	m.mu.Lock()
+	m.sandboxes[sb.id] = sb
+	m.mu.Unlock()
+	m.goroutine(func() { m.watch(sb) })
+}
+
+// forget removes sb from the live set.
+func (m *Manager) forget(sb *sandbox) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.sandboxes[sb.id] == sb {
+		delete(m.sandboxes, sb.id)
+	}
+}
+
+// userError is an error whose text is meant for the API caller; it wraps
+// one of the sentinels and, optionally, the error that caused it.
+type userError struct {
+	kind  error
+	msg   string
+	cause error
+}
+
+func (e *userError) Error() string { return e.msg }
+
+func (e *userError) Unwrap() []error {
+	if e.cause == nil {
+		return []error{e.kind}
+	}
+	return []error{e.kind, e.cause}
+}
+
+func notFound(id string) error {
+	return &userError{kind: ErrNotFound, msg: fmt.Sprintf("sandbox %q not found", id)}
+}
+
+func invalid(format string, args ...any) error {
+	return &userError{kind: ErrInvalid, msg: fmt.Sprintf(format, args...)}
+}
+
+func conflict(format string, args ...any) error {
+	return &userError{kind: ErrConflict, msg: fmt.Sprintf(format, args...)}
+}
+
+// checkTimeout validates a create, connect or set-timeout duration.
+func (m *Manager) checkTimeout(d time.Duration) error {
+	if d <= 0 {
+		return invalid("Timeout must be greater than 0 seconds")
+	}
+	if d > m.cfg.MaxTimeout {
+		max := m.cfg.MaxTimeout
+		if max%time.Hour == 0 {
+			return invalid("Timeout cannot be greater than %d hours", max/time.Hour)
+		}
+		return invalid("Timeout cannot be greater than %d seconds", max/time.Second)
+	}
+	return nil
+}

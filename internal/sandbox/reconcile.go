@@ -1,0 +1,117 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
+
+// Reasons reconcile records.
+const (
+	reasonLost        = "lost on server restart"
+	reasonInterrupted = "interrupted by a server restart while starting"
+)
+
+// leftoverFinder is offered by backends that can list what sandboxes they
+// left on the host (jail.Backend).
+type leftoverFinder interface {
+	Leftovers(known map[string]bool) ([]string, error)
+}
+
+// reconcile adopts the sandboxes the store says are alive, cleans up those
+// that are not and those left half-started, and then anything on the host
+// that no live record mentions.
+func (m *Manager) reconcile(ctx context.Context) error {
+	recs, err := m.cfg.Store.ListSandboxesByState(ctx, store.StateStarting, store.StateRunning, store.StatePaused)
+	if err != nil {
+		return fmt.Errorf("reconciling: %w", err)
+	}
+	known := map[string]bool{}
+	var adopted, lost int
+	for _, rec := range recs {
+		if m.adopt(ctx, rec) {
+			known[rec.ID] = true
+			adopted++
+		} else {
+			lost++
+		}
+	}
+	var cleaned int
+	if lf, ok := m.cfg.Backend.(leftoverFinder); ok {
+		ids, err := lf.Leftovers(known)
+		if err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			m.log.Warn("listing leftover sandboxes", "err", err) // clean what was found
+		}
+		for _, id := range ids {
+			if err := m.cfg.Backend.Cleanup(ctx, id, nil); err != nil {
+				m.log.Error("cleaning up leftover sandbox", "sandbox_id", id, "err", err)
+				continue
+			}
+			cleaned++
+		}
+	}
+	m.log.Info("reconciled sandboxes", "adopted", adopted, "lost", lost, "leftovers_cleaned", cleaned)
+	return nil
+}
+
+// adopt takes over the sandbox of rec, or cleans it up and records why not.
+// It reports whether the sandbox is live.
+func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
+	log := m.log.With("sandbox_id", rec.ID)
+	end := func(state store.State, reason string, cleanup bool) {
+		if cleanup {
+			if err := m.cfg.Backend.Cleanup(ctx, rec.ID, rec.BackendState); err != nil {
+				log.Error("cleaning up sandbox", "err", err)
+			}
+		}
+		if err := m.cfg.Store.SetState(ctx, rec.ID, state, reason); err != nil {
+			log.Error("recording lost sandbox", "err", err)
+		}
+	}
+	if rec.Backend != m.cfg.Backend.Name() {
+		log.Warn("sandbox of another backend: not adopted", "backend", rec.Backend)
+		end(store.StateKilled, fmt.Sprintf("%s: backend %q is not configured", reasonLost, rec.Backend), false)
+		return false
+	}
+	if rec.State == store.StateStarting {
+		log.Info("cleaning up sandbox left starting")
+		end(store.StateError, reasonInterrupted, true)
+		return false
+	}
+	inst, err := m.cfg.Backend.Adopt(ctx, rec.ID, rec.BackendState)
+	if err != nil {
+		log.Info("sandbox not adoptable, cleaning up", "err", err)
+		end(store.StateKilled, reasonLost, true)
+		return false
+	}
+	// The record is the truth: a crash between writing it and acting on it
+	// leaves the instance in the other state.
+	if rec.State == store.StatePaused {
+		err = inst.Pause(ctx)
+	} else {
+		err = inst.Resume(ctx)
+	}
+	if err != nil {
+		log.Error("adopted sandbox does not match its record, killing it", "state", rec.State, "err", err)
+		if serr := inst.Stop(ctx); serr != nil {
+			log.Error("stopping sandbox", "err", serr)
+		}
+		end(store.StateKilled, reasonLost, true)
+		return false
+	}
+	m.register(&sandbox{
+		id:        rec.ID,
+		log:       log,
+		inst:      inst,
+		cpus:      rec.CPUCount,
+		state:     rec.State,
+		endAt:     rec.EndAt,
+		autoPause: rec.AutoPause,
+		conns:     map[*trackedConn]struct{}{},
+		metrics:   newRing(m.ringSize()),
+	})
+	log.Info("adopted sandbox", "state", rec.State)
+	return true
+}

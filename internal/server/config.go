@@ -1,0 +1,73 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Config is the whole server configuration. Defaults are in DefaultConfig;
+// the CLI applies the environment and then flags on top.
+type Config struct {
+	Listen  string   // address of the one listener (API and sandbox traffic)
+	Domain  string   // E2B_DOMAIN clients use; "" = derived from Listen
+	DataDir string   // store, templates, sandboxes, TLS material
+	APIKeys []string // keys to accept in addition to the stored ones
+	TLS     bool     // serve HTTPS with a CA kept under DataDir/tls
+	// EnvdPath is the envd binary mounted into sandboxes; "" = "envd" next
+	// to the running executable.
+	EnvdPath string
+	// Mirror is the Debian mirror templates are built from ("" = default).
+	Mirror string
+}
+
+// DefaultConfig returns the embedded defaults.
+func DefaultConfig() Config {
+	return Config{Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox"}
+}
+
+// DBPath is the SQLite database inside dataDir; the keys commands open it
+// directly.
+func DBPath(dataDir string) string { return filepath.Join(dataDir, "agent-sandbox.db") }
+
+// Validate checks c and fills in derived values.
+func (c *Config) Validate() error {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: want host:port: %w", c.Listen, err)
+	}
+	if c.Domain == "" {
+		c.Domain = deriveDomain(host, port)
+	}
+	if strings.Contains(c.Domain, "/") || strings.HasPrefix(c.Domain, ".") {
+		return fmt.Errorf("--domain %q: want a host name with an optional :port, e.g. sandbox.example.com", c.Domain)
+	}
+	if !filepath.IsAbs(c.DataDir) {
+		return fmt.Errorf("--data-dir %q must be an absolute path", c.DataDir)
+	}
+	if c.EnvdPath == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding envd next to the executable: %w", err)
+		}
+		c.EnvdPath = filepath.Join(filepath.Dir(exe), "envd")
+	}
+	if _, err := os.Stat(c.EnvdPath); err != nil {
+		return fmt.Errorf("envd binary: %w (build it with `make build`, or pass --envd)", err)
+	}
+	return nil
+}
+
+// deriveDomain makes the domain clients use from the listen address: a
+// loopback or unspecified host becomes localhost, so <port>-<id>.localhost
+// names resolve to this machine on resolvers that map *.localhost to
+// loopback.
+func deriveDomain(host, port string) string {
+	ip := net.ParseIP(host)
+	if host == "" || host == "localhost" || (ip != nil && (ip.IsLoopback() || ip.IsUnspecified())) {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
+}

@@ -1,0 +1,48 @@
+package server
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestConfigValidate(t *testing.T) {
+	envd := filepath.Join(t.TempDir(), "envd")
+	if err := os.WriteFile(envd, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		cfg        Config
+		wantDomain string
+		wantErr    bool
+	}{
+		{name: "loopback listen gives localhost", cfg: Config{Listen: "127.0.0.1:3000"}, wantDomain: "localhost:3000"},
+		{name: "any address gives localhost", cfg: Config{Listen: "0.0.0.0:8080"}, wantDomain: "localhost:8080"},
+		{name: "empty host gives localhost", cfg: Config{Listen: ":3000"}, wantDomain: "localhost:3000"},
+		{name: "a named host is kept", cfg: Config{Listen: "box.internal:3000"}, wantDomain: "box.internal:3000"},
+		{name: "an explicit domain wins", cfg: Config{Listen: "127.0.0.1:3000", Domain: "sandbox.test"}, wantDomain: "sandbox.test"},
+		{name: "listen without port", cfg: Config{Listen: "127.0.0.1"}, wantErr: true},
+		{name: "domain with a path", cfg: Config{Listen: "127.0.0.1:3000", Domain: "x.test/api"}, wantErr: true},
+		{name: "relative data dir", cfg: Config{Listen: "127.0.0.1:3000", DataDir: "data"}, wantErr: true},
+		{name: "missing envd", cfg: Config{Listen: "127.0.0.1:3000", EnvdPath: "/nonexistent/envd"}, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			if cfg.DataDir == "" {
+				cfg.DataDir = "/var/lib/agent-sandbox"
+			}
+			if cfg.EnvdPath == "" {
+				cfg.EnvdPath = envd
+			}
+			err := cfg.Validate()
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Validate() = %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil && cfg.Domain != tt.wantDomain {
+				t.Errorf("Domain = %q, want %q", cfg.Domain, tt.wantDomain)
+			}
+		})
+	}
+}

@@ -1,0 +1,239 @@
+// Package server wires agent-sandbox serve: the store, the template cache,
+// the isolation backend, the sandbox manager, the REST API and the traffic
+// router, all behind one listener. It is the only package that knows every
+// piece.
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/api"
+	"github.com/agent-sandbox/agent-sandbox/internal/envd"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
+	"github.com/agent-sandbox/agent-sandbox/internal/router"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
+	"github.com/agent-sandbox/agent-sandbox/internal/tlsca"
+)
+
+// Server is a configured, not yet serving, agent-sandbox server.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	progress  io.Writer
+	store     *store.Store
+	templates *template.Builder
+	manager   *sandbox.Manager
+	router    *router.Router
+	handler   http.Handler
+	ready     atomic.Bool
+	apiKey    string // printed for the user; "" when none is known in plain text
+}
+
+// New opens the data directory and builds every component. Nothing runs
+// until Run.
+func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) (_ *Server, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating data directory: %w", err)
+	}
+	st, err := store.Open(ctx, DBPath(cfg.DataDir))
+	if err != nil {
+		return nil, fmt.Errorf("opening the store: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			st.Close()
+		}
+	}()
+	s := &Server{cfg: cfg, log: log, progress: progress, store: st}
+	if s.apiKey, err = s.ensureAPIKeys(ctx); err != nil {
+		return nil, err
+	}
+	s.templates = &template.Builder{DataDir: cfg.DataDir, Mirror: cfg.Mirror, Log: log.With("component", "template"), Progress: progress}
+	backend, err := jail.New(jail.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Log: log.With("component", "jail")})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the jail backend: %w", err)
+	}
+	s.manager, err = sandbox.New(sandbox.Config{
+		Store:     st,
+		Backend:   backend,
+		Templates: s.templates,
+		EnvdPath:  cfg.EnvdPath,
+		Log:       log.With("component", "sandbox"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
+	}
+	if s.handler, err = s.routes(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// defaultKeyFile keeps the key the server generated on first start, so it
+// can print ready-to-paste settings on every start (the store keeps hashes
+// only).
+func (s *Server) defaultKeyFile() string { return filepath.Join(s.cfg.DataDir, "default-api-key") }
+
+// ensureAPIKeys registers the configured keys and makes sure at least one
+// key exists. It returns a key to show the user.
+func (s *Server) ensureAPIKeys(ctx context.Context) (string, error) {
+	for _, k := range s.cfg.APIKeys {
+		if _, err := s.store.AddAPIKey(ctx, "from --api-key", k); err != nil {
+			return "", fmt.Errorf("adding --api-key: %w", err)
+		}
+	}
+	if len(s.cfg.APIKeys) > 0 {
+		return s.cfg.APIKeys[0], nil
+	}
+	if b, err := os.ReadFile(s.defaultKeyFile()); err == nil {
+		key := strings.TrimSpace(string(b))
+		if _, err := s.store.VerifyAPIKey(ctx, key); err == nil {
+			return key, nil
+		}
+	}
+	keys, err := s.store.ListAPIKeys(ctx)
+	if err != nil {
+		return "", fmt.Errorf("listing API keys: %w", err)
+	}
+	if len(keys) > 0 {
+		return "", nil // the operator manages keys; none to print
+	}
+	key, _, err := s.store.CreateAPIKey(ctx, "default")
+	if err != nil {
+		return "", fmt.Errorf("creating the default API key: %w", err)
+	}
+	if err := os.WriteFile(s.defaultKeyFile(), []byte(key+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("saving the default API key: %w", err)
+	}
+	return key, nil
+}
+
+// Run serves until ctx is done. The listener opens at once (GET /health
+// answers 503 until ready); the base template is built first if missing.
+func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
+	defer s.store.Close()
+	defer s.router.Close()
+	ln, err := net.Listen("tcp", s.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", s.cfg.Listen, err)
+	}
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	if s.cfg.TLS {
+		ca, err := tlsca.Open(filepath.Join(s.cfg.DataDir, "tls"))
+		if err != nil {
+			return fmt.Errorf("opening the TLS CA: %w", err)
+		}
+		cert, err := ca.ServerCertificate(s.cfg.Domain)
+		if err != nil {
+			return err
+		}
+		hs.TLSConfig = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
+		ln = tls.NewListener(ln, hs.TLSConfig)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+
+	if err := s.prepare(ctx); err != nil {
+		hs.Close()
+		return err
+	}
+	s.ready.Store(true)
+	s.printSettings(stdout)
+
+	select {
+	case err := <-errc:
+		s.manager.Close()
+		return fmt.Errorf("serving: %w", err)
+	case <-ctx.Done():
+	}
+	s.log.Info("shutting down; sandboxes keep running and are adopted on the next start")
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		hs.Close() // streams never go idle by themselves
+	}
+	return s.manager.Close()
+}
+
+// prepare builds the base template if needed and reconciles sandboxes.
+func (s *Server) prepare(ctx context.Context) error {
+	if _, err := s.templates.Ensure(ctx, template.Base()); err != nil {
+		return fmt.Errorf("preparing the base template: %w", err)
+	}
+	if err := s.manager.Start(ctx); err != nil {
+		return fmt.Errorf("starting the sandbox manager: %w", err)
+	}
+	return nil
+}
+
+// printSettings prints the environment that points the E2B SDKs here.
+func (s *Server) printSettings(w io.Writer) {
+	key := s.apiKey
+	if key == "" {
+		key = "<a key from `agent-sandbox keys create`>"
+	}
+	scheme := "http"
+	if s.cfg.TLS {
+		scheme = "https"
+	}
+	base := scheme + "://" + s.listenURLHost()
+	fmt.Fprintf(w, "\nagent-sandbox is ready on %s\n\nPoint the E2B SDK at it (header routing over one URL):\n\n", base)
+	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n", base, base, s.cfg.Domain, key)
+	if s.cfg.TLS {
+		fmt.Fprintf(w, "or with host routing (api.%[1]s and *.%[1]s must resolve to this machine):\n\n", s.cfg.Domain)
+		fmt.Fprintf(w, "  export E2B_DOMAIN=%s\n  export NODE_EXTRA_CA_CERTS=%s\n  export E2B_API_KEY=%s\n\n",
+			s.cfg.Domain, filepath.Join(s.cfg.DataDir, "tls", "ca.pem"), key)
+	}
+}
+
+// listenURLHost is the host:port clients use for the listen address.
+func (s *Server) listenURLHost() string {
+	host, port, _ := net.SplitHostPort(s.cfg.Listen) // validated
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// routes puts the API and the sandbox router behind one handler: the router
+// takes every request addressed to a sandbox (by host or by E2B headers),
+// the API the rest.
+func (s *Server) routes() (http.Handler, error) {
+	apiHandler, err := api.New(api.Config{
+		Sandboxes:   s.manager,
+		Keys:        s.store,
+		EnvdVersion: envd.Version,
+		Domain:      s.cfg.Domain,
+		Ready:       s.ready.Load,
+		Log:         s.log.With("component", "api"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the API: %w", err)
+	}
+	s.router, err = router.New(router.Config{Dialer: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the router: %w", err)
+	}
+	return s.router.Front(apiHandler), nil
+}
