@@ -404,46 +404,24 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 	return nil
 }
 
-// Leftovers returns the IDs of sandboxes that have a directory, network
-// namespace or cgroup but are not in known, for the manager to Cleanup.
+// Leftovers returns the IDs of sandboxes that have a directory in StateDir
+// but are not in known, for the manager to Cleanup. The directory marks a
+// sandbox as this server's: Start creates it before anything else and
+// Cleanup removes it last. Network namespaces and cgroups alone are not
+// enough, because several servers (with different data directories) may
+// share a host, and one must never clean up another's sandboxes.
 func (b *Backend) Leftovers(known map[string]bool) ([]string, error) {
-	found := map[string]bool{}
-	var errs []error
-	if entries, err := os.ReadDir(b.cfg.StateDir); err != nil {
-		errs = append(errs, err)
-	} else {
-		for _, e := range entries {
-			if e.IsDir() {
-				found[e.Name()] = true
-			}
-		}
-	}
-	if names, err := network.List(b.cfg.RunDir); err != nil {
-		errs = append(errs, err)
-	} else {
-		for _, n := range names {
-			found[n] = true
-		}
-	}
-	for _, d := range cgroupParentDirs(b.cfg.CgroupParent) {
-		entries, err := os.ReadDir(d)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		for _, e := range entries {
-			if e.IsDir() {
-				found[e.Name()] = true
-			}
-		}
+	entries, err := os.ReadDir(b.cfg.StateDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("listing sandbox directories: %w", err)
 	}
 	var ids []string
-	for id := range found {
-		if !known[id] && validID(id) == nil {
+	for _, e := range entries {
+		if id := e.Name(); e.IsDir() && !known[id] && validID(id) == nil {
 			ids = append(ids, id)
 		}
 	}
-	slices.Sort(ids)
-	return ids, errors.Join(errs...)
+	return ids, nil
 }
 
 // cgroupParentDirs returns the parent group's directory in each hierarchy a

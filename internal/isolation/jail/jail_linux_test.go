@@ -308,6 +308,12 @@ func TestAdoptAndCleanup(t *testing.T) {
 	if ids, _ := b2.Leftovers(map[string]bool{spec.ID: true}); containsStr(ids, spec.ID) {
 		t.Errorf("Leftovers lists the known %s", spec.ID)
 	}
+	// Another server on the same host (same run dir and cgroup parent, its
+	// own data dir) must not claim this sandbox.
+	other := newTestBackend(t, func(c *Config) { c.StateDir = filepath.Join(t.TempDir(), "sandboxes") })
+	if ids, err := other.Leftovers(map[string]bool{}); err != nil || containsStr(ids, spec.ID) {
+		t.Errorf("a backend with another StateDir: Leftovers = %v, %v; must not list %s", ids, err, spec.ID)
+	}
 	adopted, err := b2.Adopt(ctx, spec.ID, saved)
 	if err != nil {
 		t.Fatal(err)
