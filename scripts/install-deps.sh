@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what the build and the test suite need on a fresh Debian 12 machine
-# (root, Go and Node present). Idempotent: fast when everything is there.
+# Installs what the server needs on a fresh Debian 12 machine (root, Go and
+# Node present) and, with --test, what the test suite needs too.
+# Idempotent: fast when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+[ "${1:-}" = "--test" ] || exit 0
 
 # The SDK suite's node_modules must match its lockfile exactly.
 lock=test/sdk/package-lock.json
