@@ -1,49 +1,89 @@
 #!/usr/bin/env node
-// Runs the envd conformance suite: starts envd (twice: a debug instance on
-// 127.0.0.1:49983 and an access-token instance on 127.0.0.1:49984), runs
-// envd/*.test.mjs with node:test against them through the official E2B SDK,
-// and prints "N passed, M failed[, K skipped]". Exit status is 1 when any
-// test failed.
+// Runs the SDK conformance suites and prints one combined
+// "N passed, M failed[, K skipped]". Exit status is 1 when any test failed.
 //
-// Usage: node test/sdk/run.mjs [area ...]   e.g. `node test/sdk/run.mjs files watch`
+// 1. envd suite: starts envd (twice: a debug instance on 127.0.0.1:49983 and
+//    an access-token instance on 127.0.0.1:49984) and runs envd/*.test.mjs
+//    with node:test against them through the official E2B SDK.
+// 2. server suite: starts `agent-sandbox serve` (server-process.mjs) and runs
+//    server/*.test.mjs twice, one mode after the other against the same data
+//    dir: header routing over http (E2B_API_URL = E2B_SANDBOX_URL), then TLS
+//    host routing (E2B_DOMAIN=sandbox.test:<port>, NODE_EXTRA_CA_CERTS).
+//
+// Usage: node test/sdk/run.mjs [area ...]
+//   (no args)                  both suites
+//   files watch                envd areas only
+//   server                     the whole server suite only
+//   server/list server/ports   some server files only (both modes)
+// SDK_TEST_SERVER_MODES=header (or tls) limits the server suite to one mode.
 
+import { randomBytes } from 'node:crypto'
 import { readdirSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join } from 'node:path'
-import { fileURLToPath } from 'node:url'
+import { fileURLToPath, pathToFileURL } from 'node:url'
 import { run } from 'node:test'
 import { spec } from 'node:test/reporters'
 
 import { startEnvdPair } from './envd-process.mjs'
+import { killTaggedSandboxes, serverDataDir, startServer, TLS_DOMAIN_NAME } from './server-process.mjs'
 
-const TEST_DIR = join(dirname(fileURLToPath(import.meta.url)), 'envd')
-const PER_TEST_TIMEOUT_MS = 60_000
+const HERE = dirname(fileURLToPath(import.meta.url))
+const ENVD_TEST_DIR = join(HERE, 'envd')
+const SERVER_TEST_DIR = join(HERE, 'server')
+const DNS_PRELOAD = join(HERE, 'dns-preload.mjs')
+// node:test's run() applies `timeout` to each test file as a whole.
+const ENVD_FILE_TIMEOUT_MS = 60_000
+const SERVER_FILE_TIMEOUT_MS = 5 * 60_000
+// Server test files run side by side: each scopes its list queries by its own metadata.
+const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || 5)
+/** Metadata key every server-suite sandbox carries (see server/helpers.mjs). */
+const RUN_META_KEY = 'sdkTestRun'
 
-function testFiles(areas) {
-  const all = readdirSync(TEST_DIR)
+function testFiles(dir, areas) {
+  const all = readdirSync(dir)
     .filter((f) => f.endsWith('.test.mjs'))
     .sort()
-  if (areas.length === 0) return all.map((f) => join(TEST_DIR, f))
+  if (areas.length === 0) return all.map((f) => join(dir, f))
   return areas.map((a) => {
     const f = all.find((name) => name === `${a}.test.mjs` || name === basename(a))
-    if (!f) throw new Error(`no test file for '${a}'; have: ${all.join(', ')}`)
-    return join(TEST_DIR, f)
+    if (!f) throw new Error(`no test file for '${a}' in ${dir}; have: ${all.join(', ')}`)
+    return join(dir, f)
   })
+}
+
+/** Splits the command line into envd areas and server areas; null = suite not selected. */
+function parseArgs(args) {
+  if (args.length === 0) return { envd: [], server: [] }
+  const envd = []
+  const server = []
+  let wantServer = false
+  for (const a of args) {
+    if (a === 'server') wantServer = true
+    else if (a.startsWith('server/')) {
+      wantServer = true
+      server.push(a.slice('server/'.length))
+    } else envd.push(a)
+  }
+  return { envd: envd.length ? envd : null, server: wantServer ? server : null }
 }
 
 /** Environment for the test processes: only what this runner decides. */
 function applyTestEnv(env) {
   for (const k of Object.keys(process.env)) {
-    if (k.startsWith('E2B_')) delete process.env[k]
+    if (k.startsWith('E2B_') || k.startsWith('SDK_TEST_RESOLVE')) delete process.env[k]
   }
+  delete process.env.NODE_EXTRA_CA_CERTS
   Object.assign(process.env, env)
 }
 
-function runTests(files) {
+function runTests(files, { concurrency = 1, timeout, label }) {
   return new Promise((resolve, reject) => {
     const counts = { passed: 0, failed: 0, skipped: 0 }
     const failures = []
-    const stream = run({ files, concurrency: 1, timeout: PER_TEST_TIMEOUT_MS })
+    const diagnostics = []
+    // Each file runs in its own child node process with process.env as it is now.
+    const stream = run({ files, concurrency, timeout })
 
     // Count leaf tests only; a suite's own pass/fail is the sum of its tests.
     // A file that fails to load reports as one failed test named after it.
@@ -55,25 +95,31 @@ function runTests(files) {
     stream.on('test:fail', (t) => {
       if (t.details?.type === 'suite') return
       counts.failed++
-      failures.push(`${basename(t.file ?? '?')}: ${t.name}: ${t.details?.error?.cause?.message ?? t.details?.error?.message}`)
+      failures.push(`${label}${basename(t.file ?? '?')}: ${t.name}: ${t.details?.error?.cause?.message ?? t.details?.error?.message}`)
+    })
+    // Measurements the tests report with t.diagnostic() (not the run summary).
+    stream.on('test:diagnostic', (d) => {
+      if (d.file && !/^(tests|suites|pass|fail|cancelled|skipped|todo|duration_ms) /.test(d.message)) {
+        diagnostics.push(`${label}${basename(d.file)}: ${d.message}`)
+      }
     })
 
     const out = stream.compose(new spec())
     out.on('data', (chunk) => process.stdout.write(chunk))
     out.on('error', reject)
-    out.on('end', () => resolve({ counts, failures }))
+    out.on('end', () => resolve({ counts, failures, diagnostics }))
   })
 }
 
-async function main() {
-  const files = testFiles(process.argv.slice(2))
+async function runEnvdSuite(areas) {
+  const files = testFiles(ENVD_TEST_DIR, areas)
 
   let pair
   try {
     pair = await startEnvdPair()
   } catch (err) {
-    console.error(`setup failed: ${err.message}`)
-    return 2
+    console.error(`envd setup failed: ${err.message}`)
+    return setupFailure('envd: setup', err)
   }
 
   let result
@@ -83,7 +129,7 @@ async function main() {
         `token instance ${pair.token.url} pid ${pair.token.pid}`
     )
     applyTestEnv(pair.env)
-    result = await runTests(files)
+    result = await runTests(files, { timeout: ENVD_FILE_TIMEOUT_MS, label: '' })
   } finally {
     await pair.stop()
     for (const [name, inst] of [['main', pair.main], ['token', pair.token]]) {
@@ -92,8 +138,102 @@ async function main() {
       if (result?.counts.failed) console.log(`envd ${name} output (last 64 KiB): ${path}`)
     }
   }
+  return result
+}
 
-  const { counts, failures } = result
+function setupFailure(name, err) {
+  return {
+    counts: { passed: 0, failed: 1, skipped: 0 },
+    failures: [`${name}: ${err.message.split('\n')[0]}`],
+    diagnostics: [],
+    setupFailed: true,
+  }
+}
+
+/**
+ * Server suite, one mode: start `agent-sandbox serve`, run the files with
+ * the SDK pointed at it, kill leftover sandboxes, stop the server.
+ */
+async function runServerMode(mode, files) {
+  const label = `server[${mode}] `
+  console.log(`\n=== server suite, ${mode} mode (data dir ${serverDataDir()}) ===`)
+  let server
+  try {
+    server = await startServer({ mode })
+  } catch (err) {
+    console.error(`server (${mode}) setup failed: ${err.message}`)
+    return setupFailure(`${label}setup`, err)
+  }
+
+  const runTag = randomBytes(6).toString('hex')
+  let result
+  const t0 = Date.now()
+  try {
+    const stale = await killTaggedSandboxes(server, RUN_META_KEY)
+    if (stale.length) console.log(`killed ${stale.length} sandbox(es) left over by earlier runs: ${stale.join(', ')}`)
+
+    const nodeOptions = [process.env.NODE_OPTIONS, `--import=${pathToFileURL(DNS_PRELOAD).href}`].filter(Boolean).join(' ')
+    applyTestEnv({
+      ...server.env,
+      NODE_OPTIONS: nodeOptions,
+      // getHost() names: <port>-<id>.localhost:<port> (header) or
+      // api./<port>-<id>.sandbox.test:<port> (tls) → 127.0.0.1.
+      SDK_TEST_RESOLVE: mode === 'tls' ? TLS_DOMAIN_NAME : 'localhost',
+      SDK_TEST_MODE: mode,
+      SDK_TEST_API_URL: server.url,
+      SDK_TEST_RUN: runTag,
+    })
+    result = await runTests(files, { concurrency: SERVER_CONCURRENCY, timeout: SERVER_FILE_TIMEOUT_MS, label })
+    console.log(`server suite (${mode}) took ${((Date.now() - t0) / 1000).toFixed(0)} s`)
+
+    const left = await killTaggedSandboxes(server, RUN_META_KEY, runTag)
+    if (left.length) console.log(`warning: the tests left ${left.length} sandbox(es) running; killed: ${left.join(', ')}`)
+  } catch (err) {
+    result ??= setupFailure(`${label}run`, err)
+    if (!result.setupFailed) console.error(`server (${mode}): ${err.message}`)
+  } finally {
+    const exit = await server.stop()
+    const path = join(tmpdir(), `agent-sandbox-sdk-${mode}.log`)
+    writeFileSync(path, server.output())
+    console.log(`server (${mode}) stopped (${exit?.signal ?? `exit ${exit?.code}`}); output: ${path}`)
+  }
+  return result
+}
+
+async function runServerSuite(areas) {
+  const files = testFiles(SERVER_TEST_DIR, areas)
+  const modes = (process.env.SDK_TEST_SERVER_MODES || 'header,tls').split(',').map((m) => m.trim()).filter(Boolean)
+  const results = []
+  // One after the other: two servers must not share one data dir (database).
+  for (const mode of modes) {
+    if (mode !== 'header' && mode !== 'tls') throw new Error(`unknown server mode '${mode}' (header, tls)`)
+    results.push(await runServerMode(mode, files))
+  }
+  return results
+}
+
+function merge(results) {
+  const total = { counts: { passed: 0, failed: 0, skipped: 0 }, failures: [], diagnostics: [], setupFailed: false }
+  for (const r of results) {
+    for (const k of Object.keys(total.counts)) total.counts[k] += r.counts[k]
+    total.failures.push(...r.failures)
+    total.diagnostics.push(...r.diagnostics)
+    total.setupFailed ||= !!r.setupFailed
+  }
+  return total
+}
+
+async function main() {
+  const sel = parseArgs(process.argv.slice(2))
+  const results = []
+  if (sel.envd) results.push(await runEnvdSuite(sel.envd))
+  if (sel.server) results.push(...(await runServerSuite(sel.server)))
+
+  const { counts, failures, diagnostics, setupFailed } = merge(results)
+  if (sel.server && diagnostics.length) {
+    console.log('\nmeasurements:')
+    for (const d of diagnostics) console.log(`  - ${d}`)
+  }
   if (failures.length) {
     console.log('\nfailed tests:')
     for (const f of failures) console.log(`  - ${f}`)
@@ -102,6 +242,7 @@ async function main() {
   let line = `${counts.passed} passed, ${counts.failed} failed`
   if (counts.skipped) line += `, ${counts.skipped} skipped`
   console.log(line)
+  if (setupFailed && counts.passed === 0) return 2
   return counts.failed > 0 ? 1 : 0
 }
 

@@ -1,0 +1,303 @@
+// Starting and stopping `agent-sandbox serve` for the server SDK suite.
+//
+// Everything here talks to 127.0.0.1 only. The server is tracked by PID and
+// killed by PID (never by name), also when the runner dies on a signal.
+//
+// The data directory is fixed (AGENT_SANDBOX_TEST_DATA_DIR, default
+// /var/lib/agent-sandbox-sdk-test) so the base template is built once per
+// machine and reused. Two servers must not share one database, so the two
+// modes (header routing, TLS host routing) run one after the other.
+
+import { spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { existsSync, readFileSync } from 'node:fs'
+import { request as httpRequest } from 'node:http'
+import { request as httpsRequest } from 'node:https'
+import { createServer } from 'node:net'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+
+import { REPO_ROOT } from './envd-process.mjs'
+
+export const DEFAULT_DATA_DIR = '/var/lib/agent-sandbox-sdk-test'
+/** The TLS mode's domain: ≥ 3 labels under it, so Node accepts *.sandbox.test. */
+export const TLS_DOMAIN_NAME = 'sandbox.test'
+
+const HEALTH_TIMEOUT_MS = 10 * 60_000
+const PROGRESS_EVERY_MS = 20_000
+const STOP_GRACE_MS = 15_000
+const LOG_KEEP = 256 * 1024
+
+/** Path of the server binary: $AGENT_SANDBOX_BIN, else <repo>/bin/agent-sandbox. */
+export function resolveServerBin() {
+  const bin = process.env.AGENT_SANDBOX_BIN || join(REPO_ROOT, 'bin', 'agent-sandbox')
+  if (!existsSync(bin)) {
+    throw new Error(`agent-sandbox binary not found at ${bin}; run \`make build\` in ${REPO_ROOT} first (or set AGENT_SANDBOX_BIN)`)
+  }
+  return bin
+}
+
+export function serverDataDir() {
+  return process.env.AGENT_SANDBOX_TEST_DATA_DIR || DEFAULT_DATA_DIR
+}
+
+export function newApiKey() {
+  return 'e2b_' + randomBytes(20).toString('hex')
+}
+
+/** A port nothing listens on right now (the kernel picks it). */
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer()
+    srv.unref()
+    srv.on('error', reject)
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address()
+      srv.close(() => resolve(port))
+    })
+  })
+}
+
+const running = new Set()
+
+function killAllSync() {
+  for (const child of running) {
+    try {
+      process.kill(child.pid, 'SIGKILL')
+    } catch {
+      // already gone
+    }
+  }
+  running.clear()
+}
+
+let hooksInstalled = false
+function installExitHooks() {
+  if (hooksInstalled) return
+  hooksInstalled = true
+  process.on('exit', killAllSync)
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+    process.once(sig, () => {
+      killAllSync()
+      process.exit(128 + ({ SIGINT: 2, SIGTERM: 15, SIGHUP: 1 })[sig])
+    })
+  }
+}
+
+/** GET /health over HTTPS to 127.0.0.1 with SNI/Host of the API name, trusting only ca.pem. */
+function tlsHealth(port, host, caPath) {
+  return new Promise((resolve, reject) => {
+    if (!existsSync(caPath)) return reject(new Error(`${caPath} does not exist yet`))
+    const req = httpsRequest(
+      {
+        host: '127.0.0.1',
+        port,
+        path: '/health',
+        servername: host,
+        headers: { Host: `${host}:${port}` },
+        ca: readFileSync(caPath),
+        timeout: 1_000,
+      },
+      (res) => {
+        res.resume()
+        resolve(res.statusCode)
+      }
+    )
+    req.on('timeout', () => req.destroy(new Error('timeout')))
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+/**
+ * Starts `agent-sandbox serve` and waits (up to 10 min: the first start builds
+ * the base template) for GET /health → 204, printing progress every ~20 s.
+ *
+ * mode 'header': plain HTTP, SDK env E2B_API_URL=E2B_SANDBOX_URL=http://127.0.0.1:<port>,
+ *   E2B_DOMAIN=localhost:<port>.
+ * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
+ *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
+ *
+ * Returns { mode, url, port, pid, apiKey, dataDir, caPath, domain, env, stop(), output() }.
+ * env is what the test processes need (E2B_* and NODE_EXTRA_CA_CERTS; the
+ * runner adds the DNS preload).
+ */
+export async function startServer({ mode = 'header', port, dataDir = serverDataDir(), apiKey = newApiKey() } = {}) {
+  installExitHooks()
+  const bin = resolveServerBin()
+  port ??= await freePort()
+  const listen = `127.0.0.1:${port}`
+  const tls = mode === 'tls'
+  const domain = tls ? `${TLS_DOMAIN_NAME}:${port}` : `localhost:${port}`
+  const caPath = join(dataDir, 'tls', 'ca.pem')
+  const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey]
+  if (tls) args.push('--tls', '--domain', domain)
+
+  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+  running.add(child)
+
+  let log = ''
+  let lastLine = ''
+  const keep = (chunk) => {
+    log += chunk
+    if (log.length > LOG_KEEP) log = log.slice(-LOG_KEEP)
+  }
+  child.stdout.setEncoding('utf8').on('data', keep)
+  child.stderr.setEncoding('utf8').on('data', (chunk) => {
+    keep(chunk)
+    const lines = chunk.split('\n').map((l) => l.trim()).filter(Boolean)
+    if (lines.length) lastLine = lines[lines.length - 1]
+  })
+
+  let exited = null
+  const exitPromise = new Promise((res) => {
+    child.on('exit', (code, signal) => {
+      exited = { code, signal }
+      running.delete(child)
+      res(exited)
+    })
+    child.on('error', (err) => {
+      exited = { code: null, signal: null, err }
+      running.delete(child)
+      res(exited)
+    })
+  })
+
+  const stop = async () => {
+    if (exited) return exited
+    try {
+      process.kill(child.pid, 'SIGTERM')
+    } catch {
+      return exited
+    }
+    const timer = sleep(STOP_GRACE_MS).then(() => 'timeout')
+    if ((await Promise.race([exitPromise, timer])) === 'timeout') {
+      try {
+        process.kill(child.pid, 'SIGKILL')
+      } catch {
+        // already gone
+      }
+      await exitPromise
+    }
+    return exited
+  }
+
+  const url = tls ? `https://api.${domain}` : `http://${listen}`
+  const name = `agent-sandbox serve (${mode}, ${listen}, pid ${child.pid})`
+  console.log(`starting ${name}: ${bin} ${args.map((a) => (a === apiKey ? 'e2b_…' : a)).join(' ')}`)
+
+  const started = Date.now()
+  const deadline = started + HEALTH_TIMEOUT_MS
+  let nextProgress = started + PROGRESS_EVERY_MS
+  let lastErr = ''
+  for (;;) {
+    if (exited) {
+      throw new Error(
+        `${name} exited before becoming healthy: ${exited.err?.message ?? `code=${exited.code} signal=${exited.signal}`}\n` +
+          `--- server output (last ${LOG_KEEP / 1024} KiB) ---\n${log}`
+      )
+    }
+    try {
+      const status = tls
+        ? await tlsHealth(port, `api.${TLS_DOMAIN_NAME}`, caPath)
+        : (await fetch(`${url}/health`, { signal: AbortSignal.timeout(1_000) })).status
+      if (status === 204) break
+      lastErr = `GET /health returned ${status}`
+    } catch (err) {
+      lastErr = err.cause?.code ?? err.code ?? err.message
+    }
+    const now = Date.now()
+    if (now > deadline) {
+      await stop()
+      throw new Error(`${name} not healthy after ${HEALTH_TIMEOUT_MS / 1000} s (${lastErr})\n--- server output ---\n${log}`)
+    }
+    if (now >= nextProgress) {
+      nextProgress = now + PROGRESS_EVERY_MS
+      console.log(`  … ${Math.round((now - started) / 1000)} s, not ready yet (${lastErr}); server: ${lastLine}`)
+    }
+    await sleep(250)
+  }
+  console.log(`${name} healthy after ${((Date.now() - started) / 1000).toFixed(1)} s`)
+
+  const env = tls
+    ? { E2B_DOMAIN: domain, E2B_API_KEY: apiKey, NODE_EXTRA_CA_CERTS: caPath }
+    : { E2B_API_URL: url, E2B_SANDBOX_URL: url, E2B_DOMAIN: domain, E2B_API_KEY: apiKey }
+
+  const server = { mode, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output: () => log }
+  server.api = (method, path, body) => apiRequest(server, method, path, body)
+  return server
+}
+
+/**
+ * One control-plane request from the runner process (which, unlike the test
+ * processes, has no NODE_EXTRA_CA_CERTS or DNS preload): connects to
+ * 127.0.0.1 and, in TLS mode, verifies the certificate for api.<domain>
+ * against the server's CA. Resolves { status, headers, body (parsed JSON or text) }.
+ */
+function apiRequest(server, method, path, body) {
+  const tls = server.mode === 'tls'
+  const host = tls ? `api.${TLS_DOMAIN_NAME}` : '127.0.0.1'
+  const payload = body === undefined ? undefined : JSON.stringify(body)
+  return new Promise((resolve, reject) => {
+    const req = (tls ? httpsRequest : httpRequest)(
+      {
+        host: '127.0.0.1',
+        port: server.port,
+        method,
+        path,
+        headers: {
+          Host: `${host}:${server.port}`,
+          'X-API-Key': server.apiKey,
+          ...(payload ? { 'Content-Type': 'application/json' } : {}),
+        },
+        ...(tls ? { servername: host, ca: readFileSync(server.caPath) } : {}),
+        timeout: 30_000,
+      },
+      (res) => {
+        let text = ''
+        res.setEncoding('utf8')
+        res.on('data', (c) => (text += c))
+        res.on('end', () => {
+          let parsed = text
+          try {
+            parsed = text ? JSON.parse(text) : undefined
+          } catch {
+            // keep the text
+          }
+          resolve({ status: res.statusCode, headers: res.headers, body: parsed })
+        })
+      }
+    )
+    req.on('timeout', () => req.destroy(new Error(`${method} ${path}: timeout`)))
+    req.on('error', reject)
+    req.end(payload)
+  })
+}
+
+/**
+ * Kills the sandboxes whose metadata has key metaKey (and, if value is
+ * given, that value): the test files' leftovers, also from earlier runs
+ * that died. Returns the killed IDs.
+ */
+export async function killTaggedSandboxes(server, metaKey, value) {
+  const ids = []
+  let token
+  do {
+    const q = new URLSearchParams({ limit: '100' })
+    if (token) q.set('nextToken', token)
+    const res = await server.api('GET', `/v2/sandboxes?${q}`)
+    if (res.status !== 200) throw new Error(`GET /v2/sandboxes: ${res.status} ${JSON.stringify(res.body)}`)
+    for (const s of res.body ?? []) {
+      const v = s.metadata?.[metaKey]
+      if (v !== undefined && (value === undefined || v === value)) ids.push(s.sandboxID)
+    }
+    token = res.headers['x-next-token']
+  } while (token)
+  for (const id of ids) {
+    const res = await server.api('DELETE', `/sandboxes/${id}`)
+    if (res.status !== 204 && res.status !== 404) {
+      console.log(`warning: DELETE /sandboxes/${id}: ${res.status} ${JSON.stringify(res.body)}`)
+    }
+  }
+  return ids
+}

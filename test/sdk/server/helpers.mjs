@@ -1,0 +1,126 @@
+// Shared fixtures for the server tests. run.mjs starts `agent-sandbox serve`
+// and passes its coordinates through the environment (E2B_* as a user would
+// set them, plus SDK_TEST_*); these tests then use the SDK exactly like an
+// application: Sandbox.create() with the default template `base`.
+
+import { createHash } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { Sandbox } from 'e2b'
+
+function required(name) {
+  const v = process.env[name]
+  if (!v) {
+    throw new Error(`${name} is not set; run these tests through test/sdk/run.mjs, which starts agent-sandbox serve`)
+  }
+  return v
+}
+
+/** 'header' (E2B_API_URL + E2B_SANDBOX_URL over http) or 'tls' (host routing over https). */
+export const mode = required('SDK_TEST_MODE')
+/** Control-plane base URL for raw requests (what the SDK uses too). */
+export const apiUrl = required('SDK_TEST_API_URL')
+export const apiKey = required('E2B_API_KEY')
+/** Unique per runner invocation; every sandbox the tests create carries it as metadata. */
+export const runTag = required('SDK_TEST_RUN')
+/** Scheme for https?://getHost(port): the TLS server only speaks https, the header-mode one only http. */
+export const hostScheme = mode === 'tls' ? 'https' : 'http'
+
+export const USER = 'user'
+export const HOME = '/home/user'
+export const RUN_META_KEY = 'sdkTestRun'
+
+const created = new Set()
+
+/** Remembers a sandbox id so killCreated() kills it. */
+export function track(id) {
+  created.add(id)
+  return id
+}
+
+/**
+ * Sandbox.create() with the default template, tagged with this run's
+ * metadata and remembered for killCreated(). Returns { sbx, ms } (ms = create latency).
+ */
+export async function createSandbox(opts = {}) {
+  const t0 = performance.now()
+  const sbx = await Sandbox.create({ ...opts, metadata: { [RUN_META_KEY]: runTag, ...(opts.metadata ?? {}) } })
+  const ms = performance.now() - t0
+  track(sbx.sandboxId)
+  return { sbx, ms }
+}
+
+/** Kills every sandbox this file created (for after()); unknown ids are fine. */
+export async function killCreated() {
+  const ids = [...created]
+  created.clear()
+  await Promise.all(ids.map((id) => Sandbox.kill(id).catch(() => {})))
+}
+
+/** fetch against the control plane with the API key. */
+export function apiFetch(path, init = {}) {
+  return fetch(`${apiUrl}${path}`, {
+    ...init,
+    headers: { 'X-API-Key': apiKey, ...(init.body ? { 'Content-Type': 'application/json' } : {}), ...(init.headers ?? {}) },
+    signal: init.signal ?? AbortSignal.timeout(60_000),
+  })
+}
+
+/** URL of a sandbox port as a user would build it: <scheme>://getHost(port)<path>. */
+export function hostUrl(sbx, port, path = '/') {
+  return `${hostScheme}://${sbx.getHost(port)}${path}`
+}
+
+/** Fetches url until it answers 200 or timeoutMs passes; returns the last Response (or throws the last error). */
+export async function fetchUntilOk(url, { timeoutMs = 10_000, intervalMs = 250 } = {}) {
+  const deadline = Date.now() + timeoutMs
+  let last
+  for (;;) {
+    try {
+      last = await fetch(url, { signal: AbortSignal.timeout(5_000) })
+      if (last.status === 200) return last
+      await last.body?.cancel()
+    } catch (err) {
+      last = err
+    }
+    if (Date.now() > deadline) {
+      if (last instanceof Error) throw last
+      return last
+    }
+    await sleep(intervalMs)
+  }
+}
+
+/** Polls fn until it returns a truthy value or timeoutMs passes; returns the value. */
+export async function waitFor(fn, { timeoutMs = 5_000, intervalMs = 100, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const v = await fn()
+    if (v) return v
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+    await sleep(intervalMs)
+  }
+}
+
+/** Reads a JSON body, failing with the raw text when it is not JSON. */
+export async function jsonBody(res) {
+  const text = await res.text()
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw new Error(`expected a JSON body, got status ${res.status} body ${JSON.stringify(text)}`)
+  }
+}
+
+/** Collects all pages of Sandbox.list(opts). */
+export async function listAll(opts) {
+  const paginator = Sandbox.list(opts)
+  const items = []
+  while (paginator.hasNext) items.push(...(await paginator.nextItems()))
+  return items
+}
+
+export function sha256(bytes) {
+  return createHash('sha256').update(bytes).digest('hex')
+}
+
+export { sleep }
