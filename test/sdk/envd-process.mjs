@@ -3,13 +3,15 @@
 // Everything here talks to 127.0.0.1 only. envd processes are tracked by PID
 // and killed by PID (never by name), also when the runner dies on a signal.
 
-import { spawn, spawnSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { lookup } from 'node:dns/promises'
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { setTimeout as sleep } from 'node:timers/promises'
+
+import { spawnTracked } from './child-process.mjs'
 
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
 
@@ -20,6 +22,7 @@ export const TOKEN_ADDR = '127.0.0.1:49984'
 
 const HEALTH_TIMEOUT_MS = 15_000
 const STOP_GRACE_MS = 5_000
+const LOG_KEEP = 64 * 1024
 
 /** Path of the envd binary: $ENVD_BIN, else <repo>/bin/envd. Throws when missing. */
 export function resolveEnvdBin() {
@@ -71,94 +74,26 @@ export function envdVersionFromBinary(bin) {
   return m?.[1]
 }
 
-const running = new Set()
-
-/** Kills every envd this module started. Synchronous so it works in 'exit'. */
-export function killAllSync() {
-  for (const child of running) {
-    try {
-      process.kill(child.pid, 'SIGKILL')
-    } catch {
-      // already gone
-    }
-  }
-  running.clear()
-}
-
-let hooksInstalled = false
-function installExitHooks() {
-  if (hooksInstalled) return
-  hooksInstalled = true
-  process.on('exit', killAllSync)
-  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-    process.once(sig, () => {
-      killAllSync()
-      process.exit(128 + ({ SIGINT: 2, SIGTERM: 15, SIGHUP: 1 })[sig])
-    })
-  }
-}
-
 /**
  * Starts one envd listening on addr and waits for GET /health → 204.
  * Returns { url, pid, stop(), output() }.
  */
 export async function startEnvd(bin, addr, { extraArgs = [], name = addr } = {}) {
-  installExitHooks()
   const url = `http://${addr}`
   await assertPortFree(url)
 
   const args = ['--addr', addr, '--default-user', DEFAULT_USER, '--default-workdir', DEFAULT_HOME, ...extraArgs]
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-  running.add(child)
-
-  let log = ''
-  const keep = (chunk) => {
-    log += chunk
-    if (log.length > 64 * 1024) log = log.slice(-64 * 1024)
-  }
-  child.stdout.setEncoding('utf8').on('data', keep)
-  child.stderr.setEncoding('utf8').on('data', keep)
-
-  let exited = null
-  const exitPromise = new Promise((res) => {
-    child.on('exit', (code, signal) => {
-      exited = { code, signal }
-      running.delete(child)
-      res(exited)
-    })
-    child.on('error', (err) => {
-      exited = { code: null, signal: null, err }
-      running.delete(child)
-      res(exited)
-    })
-  })
-
-  const stop = async () => {
-    if (exited) return exited
-    try {
-      process.kill(child.pid, 'SIGTERM')
-    } catch {
-      return exited
-    }
-    const timer = sleep(STOP_GRACE_MS).then(() => 'timeout')
-    if ((await Promise.race([exitPromise, timer])) === 'timeout') {
-      try {
-        process.kill(child.pid, 'SIGKILL')
-      } catch {
-        // already gone
-      }
-      await exitPromise
-    }
-    return exited
-  }
+  const child = spawnTracked(bin, args, { logKeep: LOG_KEEP, graceMs: STOP_GRACE_MS })
+  const { stop, output } = child
 
   const deadline = Date.now() + HEALTH_TIMEOUT_MS
   let lastErr = ''
   for (;;) {
+    const exited = child.exited()
     if (exited) {
       throw new Error(
         `envd (${name}) exited before becoming healthy: ${exited.err?.message ?? `code=${exited.code} signal=${exited.signal}`}\n` +
-          `command: ${bin} ${args.join(' ')}\n--- envd output ---\n${log}`
+          `command: ${bin} ${args.join(' ')}\n--- envd output ---\n${output()}`
       )
     }
     try {
@@ -170,12 +105,12 @@ export async function startEnvd(bin, addr, { extraArgs = [], name = addr } = {})
     }
     if (Date.now() > deadline) {
       await stop()
-      throw new Error(`envd (${name}) not healthy after ${HEALTH_TIMEOUT_MS} ms (${lastErr})\n--- envd output ---\n${log}`)
+      throw new Error(`envd (${name}) not healthy after ${HEALTH_TIMEOUT_MS} ms (${lastErr})\n--- envd output ---\n${output()}`)
     }
     await sleep(100)
   }
 
-  return { url, pid: child.pid, stop, output: () => log }
+  return { url, pid: child.pid, stop, output }
 }
 
 async function assertPortFree(url) {

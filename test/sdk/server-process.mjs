@@ -8,7 +8,6 @@
 // machine and reused. Two servers must not share one database, so the two
 // modes (header routing, TLS host routing) run one after the other.
 
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
 import { request as httpRequest } from 'node:http'
@@ -17,6 +16,7 @@ import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 
+import { spawnTracked } from './child-process.mjs'
 import { REPO_ROOT } from './envd-process.mjs'
 
 export const DEFAULT_DATA_DIR = '/var/lib/agent-sandbox-sdk-test'
@@ -58,32 +58,6 @@ export function freePort() {
   })
 }
 
-const running = new Set()
-
-function killAllSync() {
-  for (const child of running) {
-    try {
-      process.kill(child.pid, 'SIGKILL')
-    } catch {
-      // already gone
-    }
-  }
-  running.clear()
-}
-
-let hooksInstalled = false
-function installExitHooks() {
-  if (hooksInstalled) return
-  hooksInstalled = true
-  process.on('exit', killAllSync)
-  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
-    process.once(sig, () => {
-      killAllSync()
-      process.exit(128 + ({ SIGINT: 2, SIGTERM: 15, SIGHUP: 1 })[sig])
-    })
-  }
-}
-
 /** GET /health over HTTPS to 127.0.0.1 with SNI/Host of the API name, trusting only ca.pem. */
 function tlsHealth(port, host, caPath) {
   return new Promise((resolve, reject) => {
@@ -123,7 +97,6 @@ function tlsHealth(port, host, caPath) {
  * runner adds the DNS preload).
  */
 export async function startServer({ mode = 'header', port, dataDir = serverDataDir(), apiKey = newApiKey() } = {}) {
-  installExitHooks()
   const bin = resolveServerBin()
   port ??= await freePort()
   const listen = `127.0.0.1:${port}`
@@ -133,54 +106,8 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
   const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey]
   if (tls) args.push('--tls', '--domain', domain)
 
-  const child = spawn(bin, args, { stdio: ['ignore', 'pipe', 'pipe'] })
-  running.add(child)
-
-  let log = ''
-  let lastLine = ''
-  const keep = (chunk) => {
-    log += chunk
-    if (log.length > LOG_KEEP) log = log.slice(-LOG_KEEP)
-  }
-  child.stdout.setEncoding('utf8').on('data', keep)
-  child.stderr.setEncoding('utf8').on('data', (chunk) => {
-    keep(chunk)
-    const lines = chunk.split('\n').map((l) => l.trim()).filter(Boolean)
-    if (lines.length) lastLine = lines[lines.length - 1]
-  })
-
-  let exited = null
-  const exitPromise = new Promise((res) => {
-    child.on('exit', (code, signal) => {
-      exited = { code, signal }
-      running.delete(child)
-      res(exited)
-    })
-    child.on('error', (err) => {
-      exited = { code: null, signal: null, err }
-      running.delete(child)
-      res(exited)
-    })
-  })
-
-  const stop = async () => {
-    if (exited) return exited
-    try {
-      process.kill(child.pid, 'SIGTERM')
-    } catch {
-      return exited
-    }
-    const timer = sleep(STOP_GRACE_MS).then(() => 'timeout')
-    if ((await Promise.race([exitPromise, timer])) === 'timeout') {
-      try {
-        process.kill(child.pid, 'SIGKILL')
-      } catch {
-        // already gone
-      }
-      await exitPromise
-    }
-    return exited
-  }
+  const child = spawnTracked(bin, args, { logKeep: LOG_KEEP, graceMs: STOP_GRACE_MS })
+  const { stop, output } = child
 
   const url = tls ? `https://api.${domain}` : `http://${listen}`
   const name = `agent-sandbox serve (${mode}, ${listen}, pid ${child.pid})`
@@ -191,10 +118,11 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
   let nextProgress = started + PROGRESS_EVERY_MS
   let lastErr = ''
   for (;;) {
+    const exited = child.exited()
     if (exited) {
       throw new Error(
         `${name} exited before becoming healthy: ${exited.err?.message ?? `code=${exited.code} signal=${exited.signal}`}\n` +
-          `--- server output (last ${LOG_KEEP / 1024} KiB) ---\n${log}`
+          `--- server output (last ${LOG_KEEP / 1024} KiB) ---\n${output()}`
       )
     }
     try {
@@ -209,11 +137,11 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
     const now = Date.now()
     if (now > deadline) {
       await stop()
-      throw new Error(`${name} not healthy after ${HEALTH_TIMEOUT_MS / 1000} s (${lastErr})\n--- server output ---\n${log}`)
+      throw new Error(`${name} not healthy after ${HEALTH_TIMEOUT_MS / 1000} s (${lastErr})\n--- server output ---\n${output()}`)
     }
     if (now >= nextProgress) {
       nextProgress = now + PROGRESS_EVERY_MS
-      console.log(`  … ${Math.round((now - started) / 1000)} s, not ready yet (${lastErr}); server: ${lastLine}`)
+      console.log(`  … ${Math.round((now - started) / 1000)} s, not ready yet (${lastErr}); server: ${child.lastLine()}`)
     }
     await sleep(250)
   }
@@ -223,7 +151,7 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
     ? { E2B_DOMAIN: domain, E2B_API_KEY: apiKey, NODE_EXTRA_CA_CERTS: caPath }
     : { E2B_API_URL: url, E2B_SANDBOX_URL: url, E2B_DOMAIN: domain, E2B_API_KEY: apiKey }
 
-  const server = { mode, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output: () => log }
+  const server = { mode, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output }
   server.api = (method, path, body) => apiRequest(server, method, path, body)
   return server
 }
