@@ -5,18 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os/user"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/envd"
-	"github.com/agent-sandbox/agent-sandbox/internal/envd/state"
+	"github.com/agent-sandbox/agent-sandbox/internal/envd/envdtest"
 )
 
 const (
@@ -189,17 +186,7 @@ type harness struct {
 // first one created), and returns a Client using header routing.
 func newHarness(t *testing.T) *harness {
 	t.Helper()
-	me, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The default user is whoever runs the test, so the tests work
-	// unprivileged too.
-	st := state.New(state.Defaults{User: me.Username})
-	// A fresh HOME keeps the host's shell start-up files (which may be
-	// slow, or wait on locks) out of the login shells Run and PTY start.
-	st.Apply(state.Update{AccessToken: testToken, EnvVars: map[string]string{"HOME": t.TempDir()}})
-	srv := envd.NewServer(st, slog.New(slog.DiscardHandler))
+	srv, me := envdtest.New(t, testToken)
 	e := &routedEnvd{t: t, id: "sb1", handler: srv}
 	envdTS := httptest.NewServer(e)
 	api := newFakeAPI()
@@ -207,13 +194,12 @@ func newHarness(t *testing.T) *harness {
 	t.Cleanup(func() {
 		envdTS.Close()
 		apiTS.Close()
-		srv.Close()
 	})
 	c, err := New(Config{APIURL: apiTS.URL, SandboxURL: envdTS.URL, APIKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &harness{api: api, envd: e, client: c, user: me.Username}
+	return &harness{api: api, envd: e, client: c, user: me}
 }
 
 func (h *harness) sandbox(t *testing.T) *Sandbox {

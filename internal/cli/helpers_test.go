@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os/user"
@@ -15,8 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/envd"
-	"github.com/agent-sandbox/agent-sandbox/internal/envd/state"
+	"github.com/agent-sandbox/agent-sandbox/internal/envd/envdtest"
 )
 
 const (
@@ -59,17 +57,10 @@ type fakeServer struct {
 
 func newFakeServer(t *testing.T) (*fakeServer, *httptest.Server) {
 	t.Helper()
-	// Whoever runs the test is envd's default user, and a fresh HOME keeps
-	// the host's shell start-up files out of the login shells.
-	st := state.New(state.Defaults{User: currentUser(t)})
-	st.Apply(state.Update{AccessToken: testToken, EnvVars: map[string]string{"HOME": t.TempDir()}})
-	e := envd.NewServer(st, slog.New(slog.DiscardHandler))
+	e, _ := envdtest.New(t, testToken)
 	f := &fakeServer{t: t, envd: e}
 	ts := httptest.NewServer(f)
-	t.Cleanup(func() {
-		ts.Close()
-		e.Close()
-	})
+	t.Cleanup(ts.Close)
 	return f, ts
 }
 
