@@ -1,11 +1,9 @@
 package sandbox
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,8 +18,8 @@ import (
 	"connectrpc.com/connect"
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
-	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
@@ -48,7 +46,7 @@ func TestJail(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
-	if err := buildTestRootfs(rootfs); err != nil {
+	if err := jailtest.BuildRootfs(rootfs); err != nil {
 		t.Fatalf("building rootfs: %v", err)
 	}
 	envdPath := testEnvd(t, dir)
@@ -67,7 +65,7 @@ func TestJail(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
-		for _, d := range cgroupParentDirs(cgParent) {
+		for _, d := range jailtest.CgroupParentDirs(cgParent) {
 			_ = unix.Rmdir(d)
 		}
 	})
@@ -244,118 +242,4 @@ func testEnvd(t *testing.T, dir string) string {
 		t.Fatalf("building envd: %v: %s", err, out)
 	}
 	return p
-}
-
-// buildTestRootfs makes the smallest root filesystem envd and the test
-// need: a few host binaries with their libraries, and a passwd with root
-// and user (uid 1000, home /home/user).
-func buildTestRootfs(root string) error {
-	for _, l := range [][2]string{{"usr/bin", "bin"}, {"usr/sbin", "sbin"}, {"usr/lib", "lib"}, {"usr/lib64", "lib64"}} {
-		if err := os.MkdirAll(filepath.Join(root, l[0]), 0o755); err != nil {
-			return err
-		}
-		if err := os.Symlink(l[0], filepath.Join(root, l[1])); err != nil {
-			return err
-		}
-	}
-	for _, d := range []string{"etc", "root", "home/user", "tmp", "proc", "sys", "dev"} {
-		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
-		return err
-	}
-	if err := os.Chown(filepath.Join(root, "home/user"), 1000, 1000); err != nil {
-		return err
-	}
-	files := map[string]string{
-		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
-		"etc/group":  "root:x:0:\nuser:x:1000:\n",
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
-			return err
-		}
-	}
-	libs := map[string]bool{}
-	for _, b := range []string{"sh", "bash", "sleep", "echo", "cat", "id", "ls"} {
-		p, err := exec.LookPath(b)
-		if err != nil {
-			return err
-		}
-		if err := copyFile(p, filepath.Join(root, "usr/bin", b)); err != nil {
-			return err
-		}
-		if err := lddLibs(p, libs); err != nil {
-			return err
-		}
-	}
-	for lib := range libs {
-		if err := copyFile(lib, filepath.Join(root, lib)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// lddLibs adds the absolute paths of bin's shared libraries to libs.
-func lddLibs(bin string, libs map[string]bool) error {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		if len(out) == 0 || bytes.Contains(out, []byte("not a dynamic executable")) {
-			return nil // static
-		}
-		return fmt.Errorf("ldd %s: %w", bin, err)
-	}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		for _, f := range strings.Fields(sc.Text()) {
-			if strings.HasPrefix(f, "/") {
-				libs[f] = true
-			}
-		}
-	}
-	return nil
-}
-
-// copyFile copies src (following symlinks) to dst with mode 0755, unless
-// dst exists.
-func copyFile(src, dst string) error {
-	if _, err := os.Lstat(dst); err == nil {
-		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
-// cgroupParentDirs returns the directories of the sandboxes' parent cgroup.
-func cgroupParentDirs(parent string) []string {
-	mode, err := cgroup.Detect()
-	if err != nil {
-		return nil
-	}
-	if mode == cgroup.V2 {
-		return []string{filepath.Join(cgroup.Root, parent)}
-	}
-	var dirs []string
-	for _, c := range []string{"freezer", "pids", "memory", "cpu", "cpuacct", "cpuset"} {
-		dirs = append(dirs, filepath.Join(cgroup.Root, c, parent))
-	}
-	return dirs
 }

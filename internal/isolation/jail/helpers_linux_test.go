@@ -17,6 +17,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"golang.org/x/sys/unix"
@@ -40,7 +41,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = unix.Unmount(network.Dir(filepath.Join(scratch, "run")), unix.MNT_DETACH)
-	for _, d := range cgroupParentDirs(testCgroupParent) {
+	for _, d := range jailtest.CgroupParentDirs(testCgroupParent) {
 		_ = unix.Rmdir(d)
 	}
 	if err := os.RemoveAll(scratch); err != nil {
@@ -167,7 +168,7 @@ func assertGone(t *testing.T, b *Backend, id string) {
 	if _, err := os.Lstat(filepath.Join(network.Dir(b.cfg.RunDir), id)); err == nil {
 		t.Errorf("netns file of %s left", id)
 	}
-	for _, d := range cgroupParentDirs(b.cfg.CgroupParent) {
+	for _, d := range jailtest.CgroupParentDirs(b.cfg.CgroupParent) {
 		if _, err := os.Lstat(filepath.Join(d, id)); err == nil {
 			t.Errorf("cgroup %s/%s left", d, id)
 		}

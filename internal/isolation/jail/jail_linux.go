@@ -424,23 +424,6 @@ func (b *Backend) Leftovers(known map[string]bool) ([]string, error) {
 	return ids, nil
 }
 
-// cgroupParentDirs returns the parent group's directory in each hierarchy a
-// sandbox group may live in.
-func cgroupParentDirs(parent string) []string {
-	mode, err := cgroup.Detect()
-	if err != nil {
-		return nil
-	}
-	if mode == cgroup.V2 {
-		return []string{filepath.Join(cgroup.Root, parent)}
-	}
-	var dirs []string
-	for _, c := range []string{"freezer", "pids", "memory", "cpu", "cpuacct", "cpuset"} {
-		dirs = append(dirs, filepath.Join(cgroup.Root, c, parent))
-	}
-	return dirs
-}
-
 func ignoreNotExist(err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
