@@ -23,18 +23,27 @@ type connectBody struct {
 // connectV1 implements POST /sandboxes/{id}/connect: the body and its
 // timeout are required.
 func (h *Handler) connectV1(w http.ResponseWriter, r *http.Request) {
+	if timeout, ok := h.requiredTimeout(w, r); ok {
+		h.connect(w, r, timeout)
+	}
+}
+
+// requiredTimeout decodes a connectBody whose body and timeout are
+// required. ok is false when the request has already been answered (400 or
+// 413).
+func (h *Handler) requiredTimeout(w http.ResponseWriter, r *http.Request) (timeout int64, ok bool) {
 	var body connectBody
 	if err := h.decodeBody(w, r, &body); err != nil {
 		if err == errNoBody {
 			writeError(w, http.StatusBadRequest, errNoBody.Error())
 		}
-		return
+		return 0, false
 	}
 	if body.Timeout == nil {
 		writeError(w, http.StatusBadRequest, "timeout is required")
-		return
+		return 0, false
 	}
-	h.connect(w, r, *body.Timeout)
+	return *body.Timeout, true
 }
 
 // connectV2 implements POST /v2/sandboxes/{id}/connect: the body is

@@ -6,18 +6,11 @@ import "net/http"
 // now + timeout, which may shorten the sandbox's life.
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	var body connectBody
-	if err := h.decodeBody(w, r, &body); err != nil {
-		if err == errNoBody {
-			writeError(w, http.StatusBadRequest, errNoBody.Error())
-		}
+	timeout, ok := h.requiredTimeout(w, r)
+	if !ok {
 		return
 	}
-	if body.Timeout == nil {
-		writeError(w, http.StatusBadRequest, "timeout is required")
-		return
-	}
-	d, msg := seconds("timeout", *body.Timeout)
+	d, msg := seconds("timeout", timeout)
 	if msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
 		return
