@@ -14,16 +14,27 @@ const timeoutTick = 200 * time.Millisecond
 
 // Kill kills a sandbox, aborts its open connections and frees everything.
 func (m *Manager) Kill(ctx context.Context, id string) error {
-	sb, err := m.lookup(id)
+	sb, err := m.lockLive(id)
 	if err != nil {
 		return err
 	}
-	sb.op.Lock()
 	defer sb.op.Unlock()
-	if sb.current() == store.StateKilled {
-		return notFound(id)
-	}
 	return m.terminate(ctx, sb, store.StateKilled, store.ReasonKilled)
+}
+
+// lockLive looks up sandbox id and takes its op lock, which the caller
+// releases. A killed sandbox is not found, like an unknown one.
+func (m *Manager) lockLive(id string) (*sandbox, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	sb.op.Lock()
+	if sb.current() == store.StateKilled {
+		sb.op.Unlock()
+		return nil, notFound(id)
+	}
+	return sb, nil
 }
 
 // terminate records the end of sb (state killed or error, with reason),
@@ -58,15 +69,11 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) er
 	if err := m.checkTimeout(d); err != nil {
 		return err
 	}
-	sb, err := m.lookup(id)
+	sb, err := m.lockLive(id)
 	if err != nil {
 		return err
 	}
-	sb.op.Lock()
 	defer sb.op.Unlock()
-	if sb.current() == store.StateKilled {
-		return notFound(id)
-	}
 	endAt := m.cfg.Now().Add(d)
 	if err := m.cfg.Store.SetEndAt(ctx, id, endAt); err != nil {
 		return fmt.Errorf("setting timeout of sandbox %s: %w", id, err)
