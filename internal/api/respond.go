@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
@@ -41,7 +42,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err er
 	case errors.Is(err, sandbox.ErrNotFound) && id == "":
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, sandbox.ErrNotFound):
-		writeError(w, http.StatusNotFound, fmt.Sprintf("sandbox %q doesn't exist or you don't have access to it", id))
+		msg := fmt.Sprintf("sandbox %q doesn't exist or you don't have access to it", id)
+		if ended := (*sandbox.EndedError)(nil); errors.As(err, &ended) {
+			msg += fmt.Sprintf(" (it ended at %s: %s)", ended.At.UTC().Format(time.RFC3339), ended.Detail())
+		}
+		writeError(w, http.StatusNotFound, msg)
 	case errors.Is(err, sandbox.ErrConflict):
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, sandbox.ErrInvalid):

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -175,4 +177,14 @@ func TestMetrics(t *testing.T) {
 		{name: "unknown", method: "GET", target: "/sandboxes/nope/metrics", status: 404, wantJSON: notFoundBody},
 		{name: "unknown with window", method: "GET", target: "/sandboxes/nope/metrics?start=1&end=2", status: 404},
 	})
+}
+
+func TestGetInfoOfEndedSandboxNamesTheReason(t *testing.T) {
+	f := newFake()
+	f.fail = fmt.Errorf("getting inope: %w", &sandbox.EndedError{ID: "inope", At: testNow, Reason: "timeout"})
+	res := serve(newHandler(t, f), apiCase{method: "GET", target: "/sandboxes/inope"})
+	want := `{"code":404,"message":"sandbox \"inope\" doesn't exist or you don't have access to it (it ended at 2025-01-02T03:04:05Z: timeout)"}`
+	if res.Code != 404 || strings.TrimSpace(res.Body.String()) != want {
+		t.Errorf("got %d %s\nwant 404 %s", res.Code, res.Body, want)
+	}
 }

@@ -235,7 +235,7 @@ func (m *Manager) Get(ctx context.Context, id string) (store.Sandbox, error) {
 		return store.Sandbox{}, err
 	}
 	if sb.State != store.StateRunning && sb.State != store.StatePaused {
-		return store.Sandbox{}, notFound(id)
+		return store.Sandbox{}, ended(sb)
 	}
 	return sb, nil
 }
@@ -323,6 +323,35 @@ func (e *userError) Unwrap() []error {
 
 func notFound(id string) error {
 	return &userError{kind: ErrNotFound, msg: fmt.Sprintf("sandbox %q not found", id)}
+}
+
+// EndedError is the ErrNotFound of a sandbox that existed and has ended; it
+// says when and why (timeout, killed, oom, …).
+type EndedError struct {
+	ID     string
+	At     time.Time
+	Reason string
+}
+
+// Error implements error.
+func (e *EndedError) Error() string {
+	return fmt.Sprintf("sandbox %q not found: it ended at %s (%s)", e.ID, e.At.UTC().Format(time.RFC3339), e.Detail())
+}
+
+// Detail is the reason, or says that none was recorded.
+func (e *EndedError) Detail() string {
+	reason := e.Reason
+	if reason == "" {
+		reason = "no reason recorded"
+	}
+	return reason
+}
+
+// Unwrap makes EndedError match ErrNotFound.
+func (e *EndedError) Unwrap() error { return ErrNotFound }
+
+func ended(sb store.Sandbox) error {
+	return &EndedError{ID: sb.ID, At: sb.UpdatedAt, Reason: sb.Reason}
 }
 
 func invalid(format string, args ...any) error {

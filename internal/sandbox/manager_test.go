@@ -308,8 +308,8 @@ func TestTimeoutKills(t *testing.T) {
 	if !e.fake.Instance(sb.ID).Stopped() {
 		t.Error("instance not stopped")
 	}
-	if _, err := e.m.Get(ctx, sb.ID); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Get = %v", err)
+	if _, err := e.m.Get(ctx, sb.ID); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "(timeout)") {
+		t.Errorf("Get = %v, want ErrNotFound naming the reason", err)
 	}
 	if err := e.m.SetTimeout(ctx, sb.ID, time.Minute); !errors.Is(err, ErrNotFound) {
 		t.Errorf("SetTimeout of killed = %v", err)
