@@ -1,0 +1,93 @@
+// Package egress decides what a sandbox may reach on the network and
+// enforces it at DNS (DESIGN §6). It has no system side effects: the veth,
+// nftables and transparent-proxy wiring that put it in a sandbox's path live
+// elsewhere.
+//
+// # Policy
+//
+// The operator's Ceiling (server config) bounds every sandbox. By default it
+// is an allowlist: nothing is reachable except DefaultAllowDomains (package
+// registries). An operator may instead make it Open: every public IPv4
+// address and every name not denied. A sandbox's Rules come from the E2B
+// fields allow_internet_access, network.allowOut and network.denyOut
+// (ParseRules). Both lists accept CIDRs, IPs, exact domains and "*." wildcard
+// domains; domains in denyOut are our extension (E2B documents CIDR/IP only),
+// enforced like allowOut domains at the name. NewPolicy combines the two
+// into a Policy; the zero Policy denies everything.
+//
+// A name (DNS query, HTTP Host, TLS SNI) is decided by the first of:
+//
+//  1. allow_internet_access: false denies everything, registries included;
+//  2. a sandbox denyOut domain matching the name denies it;
+//  3. a ceiling DenyDomains entry denies it;
+//  4. a ceiling AllowDomains entry allows it;
+//  5. a sandbox allowOut domain allows it if the ceiling permits widening
+//     (Open, or SandboxMayWiden in allowlist mode);
+//  6. an Open ceiling allows it; otherwise it is denied ("ceiling:allowlist").
+//
+// So denyOut beats allowOut, and in allowlist mode a sandbox can only narrow
+// unless the operator set SandboxMayWiden. Note that E2B gives allowOut
+// precedence over denyOut; here deny always wins, as the spec's
+// "allow_internet_access: false is like denyOut 0.0.0.0/0" implies, so
+// denyOut ["0.0.0.0/0"] denies every address, including those of allowed
+// names. An IP literal given as a name is decided as an address.
+//
+// An address is decided by the first of the steps below: all of them for a
+// direct connection (AllowAddr), steps 1–7 for an address an allowed name
+// resolved to (AllowAnswer), which is then allowed without needing a CIDR
+// rule of its own:
+//
+//  1. allow_internet_access: false denies it;
+//  2. a sandbox denyOut CIDR/IP containing it denies it;
+//  3. a ceiling DenyCIDRs entry denies it;
+//  4. if it lies in a private range (RFC 1918, CGNAT 100.64/10, loopback,
+//     link-local 169.254/16 with the metadata address, 0/8, 192.0.0/24,
+//     multicast, 240/4, IPv6 unspecified, loopback, fc00::/7, fe80::/10,
+//     ff00::/8, NAT64 and 6to4 prefixes) or in a ceiling ReservedCIDRs prefix
+//     (the host's addresses, the sandbox pools), it is allowed only by a
+//     ceiling AllowCIDRs entry that contains it and lies inside that range
+//     — so a ceiling 0.0.0.0/0 never opens 169.254.169.254, while 10.1.0.0/16
+//     opens that part of 10/8; sandbox rules never open them;
+//  5. a ceiling AllowCIDRs entry allows it;
+//  6. a sandbox allowOut CIDR/IP allows it if the ceiling permits widening;
+//  7. an IPv6 address is denied (IPv6 needs an explicit CIDR rule);
+//  8. an Open ceiling allows it; otherwise it is denied.
+//
+// The port is carried for the audit trail but is not part of any rule.
+//
+// Names are matched in lower case without the trailing dot; non-ASCII names
+// are rejected (write xn-- forms). "*.example.com" matches a.example.com and
+// a.b.example.com but not example.com itself: list both to get both. Exact
+// entries win over wildcards for the rule named in a Decision.
+//
+// # DNS
+//
+// Server answers a sandbox's queries over UDP and TCP on sockets the caller
+// binds (inside the sandbox's namespace, later). Per query it reads the
+// current Policy from a getter, so a policy replaced live applies to the
+// next query. A denied name gets NXDOMAIN — not REFUSED, which makes stub
+// resolvers try other servers and report a temporary failure that package
+// managers retry — with an RFC 8914 Extended DNS Error "Blocked" naming the
+// rule when the client speaks EDNS. No SOA is included, so the denial is not
+// cached and a later policy change takes effect at once. An allowed name is
+// forwarded upstream with a fresh ID and our own EDNS record; in the answer,
+// each A/AAAA record whose address AllowAnswer denies (DNS rebinding to a
+// private or host address, or IPv6 by default) is removed and the rest are
+// kept: an answer left with no addresses is an empty NOERROR. SVCB/HTTPS
+// records are removed too, since their address hints would bypass that
+// check, and the upstream's additional section is dropped. Oversized UDP
+// answers are truncated (TC) so the client retries over TCP.
+//
+// Resolver does the same check-resolve-filter for the host side (the
+// transparent proxy dials only addresses it resolved itself).
+//
+// Every decision is sent to an Audit: one EventDNS or EventResolve per query
+// and one EventDNSAnswer per removed address. Ring is a bounded per-sandbox
+// Audit read with a cursor.
+//
+// Bounds: queries over 4096 bytes are dropped, at most MaxInflight UDP
+// queries and MaxConns TCP connections are served at once (the rest are
+// dropped or closed), every upstream exchange has a Timeout, idle TCP
+// connections close after 10s, and each list of rules holds at most 1000
+// entries.
+package egress
