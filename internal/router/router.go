@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,17 @@ type Dialer interface {
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
+// TrafficTokens tells which sandboxes keep their ports private: a sandbox
+// created with allowPublicTraffic: false has a token that every request to
+// a port other than envd's must carry. It is called on every such request,
+// so it must not do I/O.
+type TrafficTokens interface {
+	TrafficToken(id string) (string, error)
+}
+
+// TrafficTokenHeader carries the traffic access token.
+const TrafficTokenHeader = "E2b-Traffic-Access-Token"
+
 // EnvdPort is the port of envd inside every sandbox.
 const EnvdPort = 49983
 
@@ -36,6 +48,8 @@ var internalRoutes = map[string]bool{
 // Config wires a Router.
 type Config struct {
 	Dialer Dialer
+	// Tokens enforces traffic access tokens; nil means all ports are public.
+	Tokens TrafficTokens
 	// Domain is the sandbox domain D of <port>-<id>.D hosts; it may carry
 	// a port ("example.test:8443"). Empty disables host routing: only the
 	// header routing on localhost, IP literals and sandbox.* works.
@@ -46,7 +60,8 @@ type Config struct {
 // Router proxies sandbox traffic. It is safe for concurrent use.
 type Router struct {
 	dialer        Dialer
-	domain        string // lower case, no trailing dot
+	tokens        TrafficTokens // nil: no checks
+	domain        string        // lower case, no trailing dot
 	domainHasPort bool
 	log           *slog.Logger
 	proxy         *httputil.ReverseProxy
@@ -60,6 +75,7 @@ func New(cfg Config) (*Router, error) {
 	}
 	rt := &Router{
 		dialer: cfg.Dialer,
+		tokens: cfg.Tokens,
 		domain: strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
 		log:    cfg.Log,
 	}
@@ -145,11 +161,28 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
-// authorize is where traffic access tokens will be checked (a sandbox
-// created with allowPublicTraffic: false needs e2b-traffic-access-token on
-// every port but envd's, else 403). Every request is allowed for now.
+// authorize checks the traffic access token of a sandbox created with
+// allowPublicTraffic: false on every port but envd's (which has its own
+// token), answering 403 when it is missing or wrong. Unknown sandboxes
+// pass: the dial answers for them.
 func (rt *Router) authorize(w http.ResponseWriter, r *http.Request, t target) bool {
-	return true
+	got := r.Header.Get(TrafficTokenHeader)
+	if rt.tokens == nil || t.port == EnvdPort {
+		return true
+	}
+	want, err := rt.tokens.TrafficToken(t.id)
+	if err != nil || want == "" {
+		return true
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
+		return true
+	}
+	msg := "missing traffic access token: send it in the e2b-traffic-access-token header"
+	if got != "" {
+		msg = "invalid traffic access token"
+	}
+	writeJSON(w, http.StatusForbidden, sandboxErrorBody{SandboxID: t.id, Message: msg, Code: http.StatusForbidden})
+	return false
 }
 
 // targetKey carries the resolved target from ServeHTTP to rewrite and the

@@ -497,3 +497,51 @@ func TestProxyErrorProbe(t *testing.T) {
 		}
 	}
 }
+
+// tokens is a fake TrafficTokens.
+type tokens map[string]string
+
+func (tk tokens) TrafficToken(id string) (string, error) { return tk[id], nil }
+
+func TestTrafficAccessToken(t *testing.T) {
+	d := newDialer()
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") })
+	for _, port := range []int{8000, EnvdPort} {
+		d.serve(t, "iprivate", port, ok)
+		d.serve(t, "ipublic", port, ok)
+	}
+	rt, err := New(Config{Dialer: d, Tokens: tokens{"iprivate": "secret"}, Domain: "example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(rt.Front(apiMarker))
+	t.Cleanup(func() { srv.Close(); rt.Close() })
+
+	tests := []struct {
+		name     string
+		host     string
+		token    string
+		wantCode int
+		wantBody string
+	}{
+		{name: "private port without token", host: "8000-iprivate.example.test", wantCode: 403,
+			wantBody: `{"sandboxId":"iprivate","message":"missing traffic access token: send it in the e2b-traffic-access-token header","code":403}`},
+		{name: "private port with a wrong token", host: "8000-iprivate.example.test", token: "nope", wantCode: 403,
+			wantBody: `{"sandboxId":"iprivate","message":"invalid traffic access token","code":403}`},
+		{name: "private port with the token", host: "8000-iprivate.example.test", token: "secret", wantCode: 200, wantBody: "ok"},
+		{name: "envd port needs no traffic token", host: "49983-iprivate.example.test", wantCode: 200, wantBody: "ok"},
+		{name: "public sandbox", host: "8000-ipublic.example.test", wantCode: 200, wantBody: "ok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			hdr := map[string]string{}
+			if tt.token != "" {
+				hdr[TrafficTokenHeader] = tt.token
+			}
+			res := get(t, srv, "GET", tt.host, "/", hdr)
+			if body := strings.TrimSpace(readAll(t, res.Body)); res.StatusCode != tt.wantCode || body != tt.wantBody {
+				t.Errorf("got %d %s, want %d %s", res.StatusCode, body, tt.wantCode, tt.wantBody)
+			}
+		})
+	}
+}

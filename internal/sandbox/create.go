@@ -146,18 +146,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return fail(inst, "recording running state", err)
 	}
-	sb := &sandbox{
-		id:        rec.ID,
-		log:       log,
-		inst:      inst,
-		cpus:      rec.CPUCount,
-		state:     store.StateRunning,
-		endAt:     rec.EndAt,
-		autoPause: rec.AutoPause,
-		conns:     map[*trackedConn]struct{}{},
-		metrics:   newRing(m.ringSize()),
-	}
-	m.register(sb)
+	m.register(m.newSandbox(rec, inst, log))
 	log.Info("sandbox running", "took", m.cfg.Now().Sub(now).Round(time.Millisecond))
 	return rec, nil
 }

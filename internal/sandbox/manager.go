@@ -134,10 +134,11 @@ type Manager struct {
 
 // sandbox is the in-memory side of one live (running or paused) sandbox.
 type sandbox struct {
-	id   string
-	log  *slog.Logger
-	inst isolation.Instance
-	cpus int // for metrics when the backend does not say
+	id           string
+	log          *slog.Logger
+	inst         isolation.Instance
+	cpus         int    // for metrics when the backend does not say
+	trafficToken string // required on user ports when set; never changes
 
 	// op serializes lifecycle transitions; it is held across store writes
 	// and backend calls.
@@ -274,6 +275,33 @@ func (m *Manager) lookup(id string) (*sandbox, error) {
 		return nil, notFound(id)
 	}
 	return sb, nil
+}
+
+// newSandbox is the in-memory side of a live sandbox whose record is rec.
+func (m *Manager) newSandbox(rec store.Sandbox, inst isolation.Instance, log *slog.Logger) *sandbox {
+	return &sandbox{
+		id:           rec.ID,
+		log:          log,
+		inst:         inst,
+		cpus:         rec.CPUCount,
+		trafficToken: rec.TrafficAccessToken,
+		state:        rec.State,
+		endAt:        rec.EndAt,
+		autoPause:    rec.AutoPause,
+		conns:        map[*trackedConn]struct{}{},
+		metrics:      newRing(m.ringSize()),
+	}
+}
+
+// TrafficToken returns the token a live sandbox requires on its user ports
+// ("" when its traffic is public). It reads memory only: the router calls
+// it on every proxied request.
+func (m *Manager) TrafficToken(id string) (string, error) {
+	sb, err := m.lookup(id)
+	if err != nil {
+		return "", err
+	}
+	return sb.trafficToken, nil
 }
 
 // live returns every live sandbox.

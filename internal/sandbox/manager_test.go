@@ -784,3 +784,18 @@ func TestListBadToken(t *testing.T) {
 		t.Errorf("List with a bad token = %v", err)
 	}
 }
+
+func TestTrafficToken(t *testing.T) {
+	e := newEnv(t, nil)
+	private := e.create(t, CreateRequest{Template: "base", Timeout: time.Minute, Network: []byte(`{"allowPublicTraffic":false}`)})
+	public := e.create(t, CreateRequest{Template: "base", Timeout: time.Minute})
+	if tok, err := e.m.TrafficToken(private.ID); err != nil || tok == "" || tok != private.TrafficAccessToken {
+		t.Errorf("private sandbox: TrafficToken = %q, %v; want the recorded %q", tok, err, private.TrafficAccessToken)
+	}
+	if tok, err := e.m.TrafficToken(public.ID); err != nil || tok != "" {
+		t.Errorf("public sandbox: TrafficToken = %q, %v; want none", tok, err)
+	}
+	if _, err := e.m.TrafficToken("inope"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
+	}
+}

@@ -101,17 +101,7 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 		end(store.StateKilled, reasonLost, true)
 		return false
 	}
-	m.register(&sandbox{
-		id:        rec.ID,
-		log:       log,
-		inst:      inst,
-		cpus:      rec.CPUCount,
-		state:     rec.State,
-		endAt:     rec.EndAt,
-		autoPause: rec.AutoPause,
-		conns:     map[*trackedConn]struct{}{},
-		metrics:   newRing(m.ringSize()),
-	})
+	m.register(m.newSandbox(rec, inst, log))
 	log.Info("adopted sandbox", "state", rec.State)
 	return true
 }

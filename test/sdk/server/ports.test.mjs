@@ -54,3 +54,42 @@ describe(`getHost(port) (${mode} mode)`, { timeout: 120_000 }, () => {
     assert.equal(body.sandboxId, sbx.sandboxId)
   })
 })
+
+describe(`allowPublicTraffic: false (${mode} mode)`, { timeout: 120_000 }, () => {
+  let priv
+  before(async () => {
+    priv = (await createSandbox({ network: { allowPublicTraffic: false } })).sbx
+    await priv.commands.run('mkdir -p /tmp/www && echo private > /tmp/www/index.html')
+    await priv.commands.run('cd /tmp/www && python3 -m http.server 8000', { background: true })
+  })
+
+  test('create returns a traffic access token', () => {
+    assert.ok(priv.trafficAccessToken, 'no trafficAccessToken on the sandbox')
+  })
+
+  test('a user port needs e2b-traffic-access-token: 403 without, 200 with', async () => {
+    const url = hostUrl(priv, 8000, '/index.html')
+    const withToken = { 'e2b-traffic-access-token': priv.trafficAccessToken }
+    // Wait for the server with the token, then check the refusal.
+    const deadline = Date.now() + 10_000
+    let res
+    for (;;) {
+      res = await fetch(url, { headers: withToken, signal: AbortSignal.timeout(5_000) })
+      if (res.status === 200 || Date.now() > deadline) break
+      await res.body?.cancel()
+      await new Promise((r) => setTimeout(r, 250))
+    }
+    assert.equal(res.status, 200)
+    assert.equal(await res.text(), 'private\n')
+    const denied = await fetch(url, { signal: AbortSignal.timeout(5_000) })
+    assert.equal(denied.status, 403)
+    const body = await jsonBody(denied)
+    assert.equal(body.code, 403)
+    assert.equal(body.sandboxId, priv.sandboxId)
+  })
+
+  test('envd still works without the traffic token (it has its own)', async () => {
+    const r = await priv.commands.run('echo envd-ok')
+    assert.equal(r.stdout.trim(), 'envd-ok')
+  })
+})
