@@ -25,12 +25,11 @@ type Dialer interface {
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
 }
 
-// TrafficTokens tells which sandboxes keep their ports private: a sandbox
-// created with allowPublicTraffic: false has a token that every request to
-// a port other than envd's must carry. It is called on every such request,
-// so it must not do I/O.
-type TrafficTokens interface {
-	TrafficToken(id string) (string, error)
+// IngressPolicies gives each sandbox's sandbox.Ingress (traffic token, Host
+// mask). It is called on every request to a user port, so it must not do
+// I/O.
+type IngressPolicies interface {
+	Ingress(id string) (sandbox.Ingress, error)
 }
 
 // TrafficTokenHeader carries the traffic access token.
@@ -48,8 +47,9 @@ var internalRoutes = map[string]bool{
 // Config wires a Router.
 type Config struct {
 	Dialer Dialer
-	// Tokens enforces traffic access tokens; nil means all ports are public.
-	Tokens TrafficTokens
+	// Ingress enforces traffic tokens and host masks; nil: ports are
+	// public and Host headers pass unchanged.
+	Ingress IngressPolicies
 	// Domain is the sandbox domain D of <port>-<id>.D hosts; it may carry
 	// a port ("example.test:8443"). Empty disables host routing: only the
 	// header routing on localhost, IP literals and sandbox.* works.
@@ -60,8 +60,8 @@ type Config struct {
 // Router proxies sandbox traffic. It is safe for concurrent use.
 type Router struct {
 	dialer        Dialer
-	tokens        TrafficTokens // nil: no checks
-	domain        string        // lower case, no trailing dot
+	ingress       IngressPolicies // nil: no checks
+	domain        string          // lower case, no trailing dot
 	domainHasPort bool
 	log           *slog.Logger
 	proxy         *httputil.ReverseProxy
@@ -74,10 +74,10 @@ func New(cfg Config) (*Router, error) {
 		return nil, errors.New("router: Dialer is required")
 	}
 	rt := &Router{
-		dialer: cfg.Dialer,
-		tokens: cfg.Tokens,
-		domain: strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
-		log:    cfg.Log,
+		dialer:  cfg.Dialer,
+		ingress: cfg.Ingress,
+		domain:  strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
+		log:     cfg.Log,
 	}
 	if rt.log == nil {
 		rt.log = slog.New(slog.DiscardHandler)
@@ -151,8 +151,14 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, errorBody{Code: http.StatusNotFound, Message: "route not found"})
 		return
 	}
-	if !rt.authorize(w, r, t) {
-		return
+	if t.port != EnvdPort && rt.ingress != nil {
+		// An unknown sandbox passes: the dial answers for it.
+		if in, err := rt.ingress.Ingress(t.id); err == nil {
+			if !authorize(w, r, t, in.TrafficToken) {
+				return
+			}
+			t.host = strings.ReplaceAll(in.MaskRequestHost, "${PORT}", strconv.Itoa(t.port))
+		}
 	}
 	// Let a streamed request body keep flowing after the response starts
 	// (HTTP/1.1; HTTP/2 is full duplex already and reports an error).
@@ -162,16 +168,11 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // authorize checks the traffic access token of a sandbox created with
-// allowPublicTraffic: false on every port but envd's (which has its own
-// token), answering 403 when it is missing or wrong. Unknown sandboxes
-// pass: the dial answers for them.
-func (rt *Router) authorize(w http.ResponseWriter, r *http.Request, t target) bool {
+// allowPublicTraffic: false (envd's port is exempt: it has its own token),
+// answering 403 when it is missing or wrong.
+func authorize(w http.ResponseWriter, r *http.Request, t target, want string) bool {
 	got := r.Header.Get(TrafficTokenHeader)
-	if rt.tokens == nil || t.port == EnvdPort {
-		return true
-	}
-	want, err := rt.tokens.TrafficToken(t.id)
-	if err != nil || want == "" {
+	if want == "" {
 		return true
 	}
 	if subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1 {
@@ -190,13 +191,17 @@ func (rt *Router) authorize(w http.ResponseWriter, r *http.Request, t target) bo
 type targetKey struct{}
 
 // rewrite points the outgoing request at the sandbox port. The Host header
-// is kept as the client sent it; X-Forwarded-For/-Host/-Proto are set;
+// is kept as the client sent it unless the sandbox masks it (t.host);
+// X-Forwarded-For/-Host/-Proto are set;
 // ReverseProxy drops hop-by-hop headers and passes Upgrade through.
 func rewrite(pr *httputil.ProxyRequest) {
 	t := pr.In.Context().Value(targetKey{}).(target)
 	pr.Out.URL.Scheme = "http"
 	pr.Out.URL.Host = net.JoinHostPort(t.id, strconv.Itoa(t.port))
 	pr.Out.Host = pr.In.Host
+	if t.host != "" {
+		pr.Out.Host = t.host
+	}
 	pr.SetXForwarded()
 }
 

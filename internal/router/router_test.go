@@ -156,12 +156,12 @@ func TestResolve(t *testing.T) {
 		match              bool
 		bad                bool // matched but 400
 	}{
-		{name: "host", domain: "example.test", host: "49983-isb1.example.test", want: target{"isb1", 49983}, match: true},
-		{name: "host with port", domain: "example.test", host: "8000-isb1.example.test:443", want: target{"isb1", 8000}, match: true},
-		{name: "legacy id suffix", domain: "example.test", host: "8000-isb1-6532622b.example.test", want: target{"isb1", 8000}, match: true},
-		{name: "upper case", domain: "Example.TEST", host: "8000-ISB1.EXAMPLE.test", want: target{"isb1", 8000}, match: true},
-		{name: "trailing dot domain", domain: "example.test.", host: "8000-isb1.example.test", want: target{"isb1", 8000}, match: true},
-		{name: "domain port", domain: "example.test:8443", host: "8000-isb1.example.test:8443", want: target{"isb1", 8000}, match: true},
+		{name: "host", domain: "example.test", host: "49983-isb1.example.test", want: target{id: "isb1", port: 49983}, match: true},
+		{name: "host with port", domain: "example.test", host: "8000-isb1.example.test:443", want: target{id: "isb1", port: 8000}, match: true},
+		{name: "legacy id suffix", domain: "example.test", host: "8000-isb1-6532622b.example.test", want: target{id: "isb1", port: 8000}, match: true},
+		{name: "upper case", domain: "Example.TEST", host: "8000-ISB1.EXAMPLE.test", want: target{id: "isb1", port: 8000}, match: true},
+		{name: "trailing dot domain", domain: "example.test.", host: "8000-isb1.example.test", want: target{id: "isb1", port: 8000}, match: true},
+		{name: "domain port", domain: "example.test:8443", host: "8000-isb1.example.test:8443", want: target{id: "isb1", port: 8000}, match: true},
 		{name: "domain port, host without", domain: "example.test:8443", host: "8000-isb1.example.test"},
 		{name: "domain port, other port", domain: "example.test:8443", host: "8000-isb1.example.test:9999"},
 		{name: "api host", domain: "example.test", host: "api.example.test"},
@@ -178,12 +178,12 @@ func TestResolve(t *testing.T) {
 		{name: "empty id", domain: "example.test", host: "8000-.example.test", match: true, bad: true},
 		{name: "bad id", domain: "example.test", host: "8000-isb%31.example.test", match: true, bad: true},
 		{name: "deeper first label", domain: "example.test", host: "a.8000-isb1.example.test", match: true, bad: true},
-		{name: "localhost headers", host: "localhost:3000", header: hdr("isb1", "49983"), want: target{"isb1", 49983}, match: true},
-		{name: "ipv4 headers", domain: "example.test", host: "127.0.0.1:3000", header: hdr("isb1", "49999"), want: target{"isb1", 49999}, match: true},
-		{name: "ipv6 headers", host: "[::1]:3000", header: hdr("isb1", "8000"), want: target{"isb1", 8000}, match: true},
-		{name: "ipv6 no port", host: "[::1]", header: hdr("isb1", "8000"), want: target{"isb1", 8000}, match: true},
-		{name: "sandbox. headers", host: "sandbox.e2b.app", header: hdr("isb1", "49983"), want: target{"isb1", 49983}, match: true},
-		{name: "SANDBOX. headers", host: "SANDBOX.example.test", domain: "example.test", header: hdr("isb1", "49983"), want: target{"isb1", 49983}, match: true},
+		{name: "localhost headers", host: "localhost:3000", header: hdr("isb1", "49983"), want: target{id: "isb1", port: 49983}, match: true},
+		{name: "ipv4 headers", domain: "example.test", host: "127.0.0.1:3000", header: hdr("isb1", "49999"), want: target{id: "isb1", port: 49999}, match: true},
+		{name: "ipv6 headers", host: "[::1]:3000", header: hdr("isb1", "8000"), want: target{id: "isb1", port: 8000}, match: true},
+		{name: "ipv6 no port", host: "[::1]", header: hdr("isb1", "8000"), want: target{id: "isb1", port: 8000}, match: true},
+		{name: "sandbox. headers", host: "sandbox.e2b.app", header: hdr("isb1", "49983"), want: target{id: "isb1", port: 49983}, match: true},
+		{name: "SANDBOX. headers", host: "SANDBOX.example.test", domain: "example.test", header: hdr("isb1", "49983"), want: target{id: "isb1", port: 49983}, match: true},
 		{name: "localhost without headers", host: "localhost:3000"},
 		{name: "only id header", host: "localhost", header: hdr("isb1", ""), match: true, bad: true},
 		{name: "only port header", host: "localhost", header: hdr("", "49983"), match: true, bad: true},
@@ -191,7 +191,7 @@ func TestResolve(t *testing.T) {
 		{name: "port header 0", host: "localhost", header: hdr("isb1", "0"), match: true, bad: true},
 		{name: "id header upper case", host: "localhost", header: hdr("ISB1", "80"), match: true, bad: true},
 		{name: "host wins over headers", domain: "example.test", host: "8000-isb1.example.test", header: hdr("other", "1"),
-			want: target{"isb1", 8000}, match: true},
+			want: target{id: "isb1", port: 8000}, match: true},
 		{name: "headers on other hosts ignored", domain: "example.test", host: "www.other.test", header: hdr("isb1", "1")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -483,10 +483,10 @@ func TestProxyErrorProbe(t *testing.T) {
 		t    target
 		want string
 	}{
-		{target{"gone", 8000}, `{"sandboxId":"gone","message":"The sandbox was not found","code":502}`},
-		{target{"isp1", 8000}, `{"sandboxId":"isp1","message":"The sandbox is paused","code":502}`},
-		{target{"isb1", 9000}, `{"sandboxId":"isb1","message":"The sandbox is running but port is not open","port":9000,"code":502}`},
-		{target{"isb1", 8000}, `{"sandboxId":"isb1","message":"The sandbox did not answer","code":502}`},
+		{target{id: "gone", port: 8000}, `{"sandboxId":"gone","message":"The sandbox was not found","code":502}`},
+		{target{id: "isp1", port: 8000}, `{"sandboxId":"isp1","message":"The sandbox is paused","code":502}`},
+		{target{id: "isb1", port: 9000}, `{"sandboxId":"isb1","message":"The sandbox is running but port is not open","port":9000,"code":502}`},
+		{target{id: "isb1", port: 8000}, `{"sandboxId":"isb1","message":"The sandbox did not answer","code":502}`},
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r = r.WithContext(context.WithValue(r.Context(), targetKey{}, tc.t))
@@ -498,10 +498,10 @@ func TestProxyErrorProbe(t *testing.T) {
 	}
 }
 
-// tokens is a fake TrafficTokens.
-type tokens map[string]string
+// ingress is a fake IngressPolicies.
+type ingress map[string]sandbox.Ingress
 
-func (tk tokens) TrafficToken(id string) (string, error) { return tk[id], nil }
+func (in ingress) Ingress(id string) (sandbox.Ingress, error) { return in[id], nil }
 
 func TestTrafficAccessToken(t *testing.T) {
 	d := newDialer()
@@ -510,7 +510,7 @@ func TestTrafficAccessToken(t *testing.T) {
 		d.serve(t, "iprivate", port, ok)
 		d.serve(t, "ipublic", port, ok)
 	}
-	rt, err := New(Config{Dialer: d, Tokens: tokens{"iprivate": "secret"}, Domain: "example.test"})
+	rt, err := New(Config{Dialer: d, Ingress: ingress{"iprivate": {TrafficToken: "secret"}}, Domain: "example.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,5 +543,28 @@ func TestTrafficAccessToken(t *testing.T) {
 				t.Errorf("got %d %s, want %d %s", res.StatusCode, body, tt.wantCode, tt.wantBody)
 			}
 		})
+	}
+}
+
+func TestMaskRequestHost(t *testing.T) {
+	d := newDialer()
+	var seen string
+	echoHost := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { seen = r.Host })
+	d.serve(t, "imasked", 8000, echoHost)
+	d.serve(t, "imasked", EnvdPort, echoHost)
+	rt, err := New(Config{Dialer: d, Ingress: ingress{"imasked": {MaskRequestHost: "app.internal:${PORT}"}}, Domain: "example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(rt.Front(apiMarker))
+	t.Cleanup(func() { srv.Close(); rt.Close() })
+
+	get(t, srv, "GET", "8000-imasked.example.test", "/", nil)
+	if seen != "app.internal:8000" {
+		t.Errorf("user port: upstream Host = %q, want app.internal:8000", seen)
+	}
+	get(t, srv, "GET", "49983-imasked.example.test", "/", nil)
+	if seen != "49983-imasked.example.test" {
+		t.Errorf("envd port: upstream Host = %q, want the client's", seen)
 	}
 }

@@ -22,6 +22,7 @@ var sandboxIDFormat = regexp.MustCompile(`^[a-z0-9]+$`)
 type target struct {
 	id   string
 	port int
+	host string // Host header for the sandbox; "" keeps the client's
 }
 
 // routeError is a request that is for a sandbox but names it badly (400).

@@ -18,6 +18,7 @@ package sandbox
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -134,11 +135,11 @@ type Manager struct {
 
 // sandbox is the in-memory side of one live (running or paused) sandbox.
 type sandbox struct {
-	id           string
-	log          *slog.Logger
-	inst         isolation.Instance
-	cpus         int    // for metrics when the backend does not say
-	trafficToken string // required on user ports when set; never changes
+	id      string
+	log     *slog.Logger
+	inst    isolation.Instance
+	cpus    int     // for metrics when the backend does not say
+	ingress Ingress // from the network config; never changes
 
 	// op serializes lifecycle transitions; it is held across store writes
 	// and backend calls.
@@ -280,28 +281,51 @@ func (m *Manager) lookup(id string) (*sandbox, error) {
 // newSandbox is the in-memory side of a live sandbox whose record is rec.
 func (m *Manager) newSandbox(rec store.Sandbox, inst isolation.Instance, log *slog.Logger) *sandbox {
 	return &sandbox{
-		id:           rec.ID,
-		log:          log,
-		inst:         inst,
-		cpus:         rec.CPUCount,
-		trafficToken: rec.TrafficAccessToken,
-		state:        rec.State,
-		endAt:        rec.EndAt,
-		autoPause:    rec.AutoPause,
-		conns:        map[*trackedConn]struct{}{},
-		metrics:      newRing(m.ringSize()),
+		id:        rec.ID,
+		log:       log,
+		inst:      inst,
+		cpus:      rec.CPUCount,
+		ingress:   ingressOf(rec),
+		state:     rec.State,
+		endAt:     rec.EndAt,
+		autoPause: rec.AutoPause,
+		conns:     map[*trackedConn]struct{}{},
+		metrics:   newRing(m.ringSize()),
 	}
 }
 
-// TrafficToken returns the token a live sandbox requires on its user ports
-// ("" when its traffic is public). It reads memory only: the router calls
-// it on every proxied request.
-func (m *Manager) TrafficToken(id string) (string, error) {
+// Ingress is what a sandbox's network config says about requests to its
+// ports other than envd's.
+type Ingress struct {
+	// TrafficToken, when set, must arrive in e2b-traffic-access-token (the
+	// sandbox was created with allowPublicTraffic: false).
+	TrafficToken string
+	// MaskRequestHost, when set, replaces the Host header; "${PORT}" in it
+	// becomes the target port.
+	MaskRequestHost string
+}
+
+// Ingress returns the traffic token and Host mask of a live sandbox (the
+// router's IngressPolicies). It reads memory only: the router calls it on every
+// request to a user port.
+func (m *Manager) Ingress(id string) (Ingress, error) {
 	sb, err := m.lookup(id)
 	if err != nil {
-		return "", err
+		return Ingress{}, err
 	}
-	return sb.trafficToken, nil
+	return sb.ingress, nil
+}
+
+// ingressOf reads the inbound side of rec's network config. Create
+// validated the JSON, so a decoding error leaves the mask empty.
+func ingressOf(rec store.Sandbox) Ingress {
+	var n struct {
+		MaskRequestHost string `json:"maskRequestHost"`
+	}
+	if len(rec.Network) > 0 {
+		_ = json.Unmarshal(rec.Network, &n)
+	}
+	return Ingress{TrafficToken: rec.TrafficAccessToken, MaskRequestHost: n.MaskRequestHost}
 }
 
 // live returns every live sandbox.

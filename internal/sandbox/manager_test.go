@@ -785,17 +785,18 @@ func TestListBadToken(t *testing.T) {
 	}
 }
 
-func TestTrafficToken(t *testing.T) {
+func TestIngress(t *testing.T) {
 	e := newEnv(t, nil)
-	private := e.create(t, CreateRequest{Template: "base", Timeout: time.Minute, Network: []byte(`{"allowPublicTraffic":false}`)})
+	private := e.create(t, CreateRequest{Template: "base", Timeout: time.Minute,
+		Network: []byte(`{"allowPublicTraffic":false,"maskRequestHost":"app:${PORT}"}`)})
 	public := e.create(t, CreateRequest{Template: "base", Timeout: time.Minute})
-	if tok, err := e.m.TrafficToken(private.ID); err != nil || tok == "" || tok != private.TrafficAccessToken {
-		t.Errorf("private sandbox: TrafficToken = %q, %v; want the recorded %q", tok, err, private.TrafficAccessToken)
+	if in, err := e.m.Ingress(private.ID); err != nil || in.TrafficToken == "" || in.TrafficToken != private.TrafficAccessToken || in.MaskRequestHost != "app:${PORT}" {
+		t.Errorf("private sandbox: Ingress = %+v, %v; want the recorded token %q and the mask", in, err, private.TrafficAccessToken)
 	}
-	if tok, err := e.m.TrafficToken(public.ID); err != nil || tok != "" {
-		t.Errorf("public sandbox: TrafficToken = %q, %v; want none", tok, err)
+	if in, err := e.m.Ingress(public.ID); err != nil || in != (Ingress{}) {
+		t.Errorf("public sandbox: Ingress = %+v, %v; want none", in, err)
 	}
-	if _, err := e.m.TrafficToken("inope"); !errors.Is(err, ErrNotFound) {
+	if _, err := e.m.Ingress("inope"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown sandbox: %v, want ErrNotFound", err)
 	}
 }

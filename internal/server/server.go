@@ -231,7 +231,7 @@ func (s *Server) routes() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up the API: %w", err)
 	}
-	s.router, err = router.New(router.Config{Dialer: s.manager, Tokens: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
+	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}
