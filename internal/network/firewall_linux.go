@@ -1,0 +1,319 @@
+package network
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// TableName is the nftables table (family inet) the firewall owns. Nothing
+// else is touched.
+const TableName = "agent_sandbox"
+
+const (
+	chainInput   = "input"
+	chainForward = "forward"
+	chainFrom    = "from_sandbox"
+	mapSandboxes = "sandboxes"
+	sandboxChain = "sb-" // + host veth name
+)
+
+// Firewall is the host-side nftables isolation of the sandboxes (see the
+// package doc for the layout). Its methods may be called concurrently.
+type Firewall struct {
+	cfg FirewallConfig
+	mu  sync.Mutex // serializes transactions on the table
+}
+
+// NewFirewall returns a Firewall with cfg; nothing is installed until
+// EnsureBase.
+func NewFirewall(cfg FirewallConfig) (*Firewall, error) {
+	if cfg.Blocked == nil {
+		cfg.Blocked = DefaultBlocked
+	}
+	for _, p := range cfg.Blocked {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return nil, fmt.Errorf("firewall: blocked prefix %s is not IPv4", p)
+		}
+	}
+	cfg.Blocked = slices.Clone(cfg.Blocked)
+	cfg.HostTCPPorts = slices.Clone(cfg.HostTCPPorts)
+	cfg.HostUDPPorts = slices.Clone(cfg.HostUDPPorts)
+	return &Firewall{cfg: cfg}, nil
+}
+
+var table = &nftables.Table{Name: TableName, Family: nftables.TableFamilyINet}
+
+func (f *Firewall) sandboxMap() *nftables.Set {
+	return &nftables.Set{Table: table, Name: mapSandboxes, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+}
+
+// EnsureBase creates the table, or brings an existing one's base chains up
+// to the config, in one transaction. The per-sandbox chains and map
+// elements of an existing table are kept, so a restarted server keeps the
+// pieces of surviving sandboxes.
+func (f *Firewall) EnsureBase(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("installing firewall base: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("installing firewall base: %w", err)
+	}
+	c.AddTable(table)
+	accept := nftables.ChainPolicyAccept
+	input := c.AddChain(&nftables.Chain{Name: chainInput, Table: table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	forward := c.AddChain(&nftables.Chain{Name: chainForward, Table: table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	from := c.AddChain(&nftables.Chain{Name: chainFrom, Table: table})
+	vmap := f.sandboxMap()
+	if err := c.AddSet(vmap, nil); err != nil {
+		return fmt.Errorf("installing firewall base: %w", err)
+	}
+	c.FlushChain(input)
+	c.FlushChain(forward)
+	c.FlushChain(from)
+
+	rule := func(ch *nftables.Chain, e ...expr.Any) { c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: e}) }
+	fromSandbox := ifPrefix(expr.MetaKeyIIFNAME)
+	toSandbox := ifPrefix(expr.MetaKeyOIFNAME)
+
+	// input: replies to the host's own connections; the allowed ports;
+	// nothing else from a sandbox.
+	rule(input, cat(fromSandbox, ctEstablished(), verdict(expr.VerdictAccept))...)
+	for _, p := range f.cfg.HostTCPPorts {
+		rule(input, cat(fromSandbox, dport(unix.IPPROTO_TCP, p), verdict(expr.VerdictAccept))...)
+	}
+	for _, p := range f.cfg.HostUDPPorts {
+		rule(input, cat(fromSandbox, dport(unix.IPPROTO_UDP, p), verdict(expr.VerdictAccept))...)
+	}
+	rule(input, cat(fromSandbox, verdict(expr.VerdictDrop))...)
+
+	// forward: everything from a sandbox goes through from_sandbox;
+	// towards a sandbox only replies pass.
+	rule(forward, cat(fromSandbox, jump(chainFrom))...)
+	rule(forward, cat(toSandbox, ctEstablished(), verdict(expr.VerdictAccept))...)
+	rule(forward, cat(toSandbox, verdict(expr.VerdictDrop))...)
+
+	// from_sandbox: fixed denials, then the sandbox's own chain, then drop.
+	rule(from, cat(nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))...)
+	rule(from, cat(toSandbox, verdict(expr.VerdictDrop))...)
+	for _, p := range f.cfg.Blocked {
+		rule(from, cat(daddr4(p), verdict(expr.VerdictDrop))...)
+	}
+	rule(from,
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: vmap.Name, SetID: vmap.ID, DestRegister: 0, IsDestRegSet: true},
+	)
+	rule(from, verdict(expr.VerdictDrop)...)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("installing firewall base: %w", err)
+	}
+	return nil
+}
+
+// Delete removes the table and everything in it. Deleting a table that is
+// gone succeeds.
+func (f *Firewall) Delete(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("deleting firewall: %w", err)
+	}
+	if ok, err := tableExists(c); err != nil || !ok {
+		return err
+	}
+	c.DelTable(table)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("deleting firewall: %w", err)
+	}
+	return nil
+}
+
+// AddSandbox adds the chain sb-<hostIf>, empty (so the sandbox's forwarded
+// traffic is dropped), and maps hostIf to it, in one transaction. Adding a
+// sandbox that is there empties its chain.
+func (f *Firewall) AddSandbox(ctx context.Context, hostIf string) error {
+	return f.setSandbox(ctx, hostIf, nil, true)
+}
+
+// SetAllowed replaces the sandbox's forwarding allow rules with one accept
+// per IPv4 prefix, atomically. The fixed denials (other sandboxes, Blocked,
+// IPv6) come first, so these cannot open them. The sandbox must have been
+// added.
+func (f *Firewall) SetAllowed(ctx context.Context, hostIf string, allow []netip.Prefix) error {
+	for _, p := range allow {
+		if !p.IsValid() || !p.Addr().Is4() {
+			return fmt.Errorf("setting allow rules of %s: %s is not an IPv4 prefix", hostIf, p)
+		}
+	}
+	return f.setSandbox(ctx, hostIf, allow, false)
+}
+
+func (f *Firewall) setSandbox(ctx context.Context, hostIf string, allow []netip.Prefix, create bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("setting firewall of %s: %w", hostIf, err)
+	}
+	if len(hostIf) > 15 || hostIf == "" {
+		return fmt.Errorf("setting firewall of %s: invalid interface name", hostIf)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("setting firewall of %s: %w", hostIf, err)
+	}
+	ch := &nftables.Chain{Name: sandboxChain + hostIf, Table: table}
+	if create {
+		c.AddChain(ch)
+		if err := c.SetAddElements(f.sandboxMap(), []nftables.SetElement{{
+			Key:         ifnameKey(hostIf),
+			VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name},
+		}}); err != nil {
+			return fmt.Errorf("setting firewall of %s: %w", hostIf, err)
+		}
+	}
+	c.FlushChain(ch)
+	for _, p := range allow {
+		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(p), verdict(expr.VerdictAccept))})
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("setting firewall of %s: %w", hostIf, err)
+	}
+	return nil
+}
+
+// RemoveSandbox removes hostIf's map element and chain in one transaction.
+// Removing a sandbox that is not there succeeds.
+func (f *Firewall) RemoveSandbox(ctx context.Context, hostIf string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("removing firewall of %s: %w", hostIf, err)
+	}
+	name := sandboxChain + hostIf
+	if ok, err := tableExists(c); err != nil || !ok {
+		return err
+	}
+	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("removing firewall of %s: listing chains: %w", hostIf, err)
+	}
+	if !slices.ContainsFunc(chains, func(ch *nftables.Chain) bool { return ch.Table.Name == TableName && ch.Name == name }) {
+		return nil
+	}
+	m := f.sandboxMap()
+	elems, err := c.GetSetElements(m)
+	if err != nil {
+		return fmt.Errorf("removing firewall of %s: listing %s: %w", hostIf, mapSandboxes, err)
+	}
+	key := ifnameKey(hostIf)
+	for _, e := range elems {
+		if string(e.Key) == string(key) {
+			if err := c.SetDeleteElements(m, []nftables.SetElement{{Key: key}}); err != nil {
+				return fmt.Errorf("removing firewall of %s: %w", hostIf, err)
+			}
+		}
+	}
+	ch := &nftables.Chain{Name: name, Table: table}
+	c.FlushChain(ch)
+	c.DelChain(ch)
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("removing firewall of %s: %w", hostIf, err)
+	}
+	return nil
+}
+
+func tableExists(c *nftables.Conn) (bool, error) {
+	_, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return false, fmt.Errorf("looking up table %s: %w", TableName, err)
+}
+
+func cat(parts ...[]expr.Any) []expr.Any { return slices.Concat(parts...) }
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+func jump(chain string) []expr.Any {
+	return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
+}
+
+// ifPrefix matches an interface name starting with HostNamePrefix (nft's
+// iifname "asb-*": a comparison of the prefix's bytes only).
+func ifPrefix(key expr.MetaKey) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(HostNamePrefix)},
+	}
+}
+
+func ifnameKey(name string) []byte {
+	b := make([]byte, 16)
+	copy(b, name)
+	return b
+}
+
+func ctEstablished() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+func nfproto(p uint8) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}},
+	}
+}
+
+func dport(proto uint8, port uint16) []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, port)},
+	}
+}
+
+// daddr4 matches IPv4 packets whose destination lies in p.
+func daddr4(p netip.Prefix) []expr.Any {
+	p = p.Masked()
+	mask := net4Mask(p.Bits())
+	net := p.Addr().As4()
+	return cat(nfproto(unix.NFPROTO_IPV4), []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: net[:]},
+	})
+}
+
+func net4Mask(bits int) []byte {
+	var m uint32
+	if bits > 0 {
+		m = ^uint32(0) << (32 - bits)
+	}
+	return binary.BigEndian.AppendUint32(nil, m)
+}
