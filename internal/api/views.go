@@ -68,25 +68,15 @@ func (h *Handler) listedView(sb store.Sandbox) listedView {
 	}
 }
 
-// detailView is the SandboxDetail body of GET /sandboxes/{id}.
+// detailView is the SandboxDetail body of GET /sandboxes/{id}: the list
+// item plus what only getInfo returns.
 type detailView struct {
-	SandboxID           string            `json:"sandboxID"`
-	TemplateID          string            `json:"templateID"`
-	Alias               string            `json:"alias,omitempty"`
-	ClientID            string            `json:"clientID"`
-	StartedAt           time.Time         `json:"startedAt"`
-	EndAt               time.Time         `json:"endAt"`
-	EnvdVersion         string            `json:"envdVersion"`
-	EnvdAccessToken     string            `json:"envdAccessToken,omitempty"`
-	AllowInternetAccess *bool             `json:"allowInternetAccess"`
-	Domain              *string           `json:"domain"`
-	CPUCount            int               `json:"cpuCount"`
-	MemoryMB            int               `json:"memoryMB"`
-	DiskSizeMB          int               `json:"diskSizeMB"`
-	Metadata            map[string]string `json:"metadata,omitempty"`
-	State               store.State       `json:"state"`
-	Network             json.RawMessage   `json:"network,omitempty"`
-	Lifecycle           lifecycleView     `json:"lifecycle"`
+	listedView
+	EnvdAccessToken     string          `json:"envdAccessToken,omitempty"`
+	AllowInternetAccess *bool           `json:"allowInternetAccess"`
+	Domain              *string         `json:"domain"`
+	Network             json.RawMessage `json:"network,omitempty"`
+	Lifecycle           lifecycleView   `json:"lifecycle"`
 }
 
 type lifecycleView struct {
@@ -100,21 +90,10 @@ func (h *Handler) detailView(sb store.Sandbox) detailView {
 		onTimeout = "pause"
 	}
 	return detailView{
-		SandboxID:           sb.ID,
-		TemplateID:          sb.TemplateID,
-		Alias:               sb.Alias,
-		ClientID:            clientID,
-		StartedAt:           sb.StartedAt,
-		EndAt:               sb.EndAt,
-		EnvdVersion:         h.envdVersion,
+		listedView:          h.listedView(sb),
 		EnvdAccessToken:     sb.EnvdAccessToken,
 		AllowInternetAccess: sb.AllowInternetAccess,
 		Domain:              nullable(h.domain),
-		CPUCount:            sb.CPUCount,
-		MemoryMB:            sb.MemoryMB,
-		DiskSizeMB:          sb.DiskSizeMB,
-		Metadata:            sb.Metadata,
-		State:               sb.State,
 		Network:             publicNetwork(sb.Network),
 		Lifecycle:           lifecycleView{OnTimeout: onTimeout},
 	}
