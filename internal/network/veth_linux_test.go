@@ -32,6 +32,7 @@ const inetLink = "sbtinet0" // not HostNamePrefix: the firewall must not treat i
 // host-side isolation from inside the sandboxes.
 func TestIsolation(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.LockFirewall(t)
 	ctx := context.Background()
 	if tableListed(t) {
 		t.Fatalf("table inet %s exists before the test; not touching it", TableName)

@@ -21,6 +21,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/router"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
@@ -65,9 +66,26 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates = &template.Builder{DataDir: cfg.DataDir, Mirror: cfg.Mirror, Log: log.With("component", "template"), Progress: progress}
-	backend, err := jail.New(jail.Config{StateDir: filepath.Join(cfg.DataDir, "sandboxes"), Log: log.With("component", "jail")})
+	pool, err := network.NewPool(network.DefaultPoolPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("setting up the address pool: %w", err)
+	}
+	fw, err := network.NewFirewall(network.FirewallConfig{})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the firewall: %w", err)
+	}
+	backend, err := jail.New(jail.Config{
+		StateDir: filepath.Join(cfg.DataDir, "sandboxes"),
+		Log:      log.With("component", "jail"),
+		Pool:     pool,
+		Firewall: fw,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the jail backend: %w", err)
+	}
+	// Before the manager adopts surviving sandboxes (in Run).
+	if err := backend.PrepareNetwork(ctx); err != nil {
+		return nil, fmt.Errorf("setting up sandbox networking: %w", err)
 	}
 	s.manager, err = sandbox.New(sandbox.Config{
 		Store:     st,

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
 // Defaults for zero Resources fields.
@@ -45,6 +47,12 @@ type Config struct {
 	// NoNewPrivs sets no_new_privs for envd and everything it starts, which
 	// disables setuid programs such as sudo. See the package doc.
 	NoNewPrivs bool
+	// Pool and Firewall give each sandbox a routed veth (eth0, an address
+	// from Pool, a default route) isolated by Firewall. Both or neither:
+	// nil means loopback only. The caller installs the firewall base
+	// (EnsureBase) and restores the pool (RestoreLeases) before Adopt.
+	Pool     *network.Pool
+	Firewall *network.Firewall
 }
 
 func (c *Config) setDefaults() {
@@ -76,6 +84,9 @@ func (c *Config) Validate() error {
 	}
 	if strings.Trim(c.CgroupParent, "/") == "" || strings.Contains(c.CgroupParent, "..") {
 		errs = append(errs, fmt.Errorf("invalid cgroup parent %q", c.CgroupParent))
+	}
+	if (c.Pool == nil) != (c.Firewall == nil) {
+		errs = append(errs, errors.New("network pool and firewall go together: set both or neither"))
 	}
 	return errors.Join(errs...)
 }

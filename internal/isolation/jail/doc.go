@@ -10,7 +10,10 @@
 //
 //  1. makes StateDir/<id> and a sparse ext4 image there of DiskSizeMB (the
 //     disk quota; mkfs.ext4 without a journal);
-//  2. creates the network namespace <id> (package network) and the cgroup
+//  2. creates the network namespace <id> (package network) and, when
+//     Config.Pool and Config.Firewall are set, leases the sandbox a /30 and
+//     attaches its routed veth (eth0 inside, VethName(id) on the host) with
+//     the firewall's default-deny egress; then the cgroup
 //     <CgroupParent>/<id> with the cpu, memory (no swap) and pids limits;
 //  3. re-executes InitPath with InitArgs (the hidden "init" command) from a
 //     thread inside that network namespace, with CLONE_NEWNS|NEWPID|NEWUTS|
@@ -35,8 +38,14 @@
 // namespace dies with it, which unmounts the overlay and the image and
 // frees the loop device.
 //
+// envd is still reached through the namespace's loopback (Dial), never
+// through the veth. PrepareNetwork (once, before Adopt) installs the
+// firewall's base and restores the pool's leases from the host veths; Adopt
+// re-reserves the lease recorded in the state, and Stop and Cleanup remove
+// the veth, its firewall chain and the lease.
+//
 // Everything a sandbox uses is named after its ID (directory, network
-// namespace, cgroup), so Cleanup works even from a State that a
+// namespace, host veth, cgroup), so Cleanup works even from a State that a
 // half-finished Start never recorded, and Leftovers finds what no record
 // mentions.
 //

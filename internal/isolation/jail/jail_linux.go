@@ -135,6 +135,14 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		return nil, err
 	}
 	undo.push(func(context.Context) error { return ns.Delete() })
+	var addrs network.VethAddrs
+	if b.cfg.Pool != nil {
+		if addrs, err = b.attachVeth(ctx, spec.ID, ns); err != nil {
+			return nil, err
+		}
+		undo.push(func(ctx context.Context) error { return b.detachVeth(ctx, spec.ID) })
+	}
+	dNet := time.Since(tDisk) - dDisk
 
 	cg, err := cgroup.Create(b.cgroupName(spec.ID), cgroup.Limits{
 		CPUs:        float64(res.CPUCount),
@@ -242,13 +250,13 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	inst.state = state{
 		InitPid: cmd.Process.Pid, InitStart: start, Cgroup: cg.Name(), Netns: ns.Name(),
-		Dir: dir, CPUCount: res.CPUCount,
+		Dir: dir, CPUCount: res.CPUCount, Gateway: addrs.Gateway, Address: addrs.Sandbox,
 	}
 	if err := inst.waitHealthy(ctx); err != nil {
 		return nil, err
 	}
 	log.Debug("sandbox started", "init_pid", cmd.Process.Pid, "envd_pid_in_sandbox", st.EnvdPid,
-		"total", time.Since(t0), "mkfs", dDisk, "init", tInit.Sub(t0), "envd", time.Since(tInit))
+		"total", time.Since(t0), "mkfs", dDisk, "netns", dNet, "init", tInit.Sub(t0), "envd", time.Since(tInit))
 	return inst, nil
 }
 
@@ -359,6 +367,13 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 	if err != nil {
 		return nil, gone("%v", err)
 	}
+	if b.cfg.Pool != nil && st.Gateway.IsValid() {
+		// PrepareNetwork has usually restored it from the veth already.
+		lease := map[string]network.VethAddrs{id: {Gateway: st.Gateway, Sandbox: st.Address}}
+		if err := b.cfg.Pool.Restore(lease); err != nil {
+			return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
+		}
+	}
 	frozen, _ := cg.Frozen()
 	inst := &Instance{
 		b: b, id: id, cg: cg, ns: ns, dir: st.Dir, state: st, cpus: st.CPUCount,
@@ -390,6 +405,7 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 		errs = append(errs, ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx))
 		cancel()
 	}
+	errs = append(errs, b.detachVeth(ctx, id))
 	ns, err := network.Open(b.cfg.RunDir, id)
 	if err == nil {
 		errs = append(errs, ns.Delete())

@@ -45,5 +45,8 @@ func (b *Backend) Cleanup(context.Context, string, json.RawMessage) error {
 	return errors.ErrUnsupported
 }
 
+// PrepareNetwork fails: the jail backend needs Linux.
+func (b *Backend) PrepareNetwork(context.Context) error { return errors.ErrUnsupported }
+
 // Leftovers fails: the jail backend needs Linux.
 func (b *Backend) Leftovers(map[string]bool) ([]string, error) { return nil, errors.ErrUnsupported }

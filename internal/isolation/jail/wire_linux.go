@@ -2,6 +2,7 @@ package jail
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -13,6 +14,10 @@ type state struct {
 	Netns     string `json:"netns"`
 	Dir       string `json:"dir"`
 	CPUCount  int    `json:"cpu_count"`
+	// Gateway and Address are the sandbox veth's lease (host end, eth0);
+	// zero without networking.
+	Gateway netip.Addr `json:"gateway,omitzero"`
+	Address netip.Addr `json:"address,omitzero"`
 }
 
 // initConfig is what the host sends the sandbox's init on fd 3.
