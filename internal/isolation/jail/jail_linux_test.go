@@ -222,7 +222,13 @@ func TestTwoSandboxesAreSeparate(t *testing.T) {
 	if _, err := c.Dial(context.Background(), 7002); !errors.Is(err, isolation.ErrPortClosed) {
 		t.Errorf("other sandbox's 7002: %v, want ErrPortClosed", err)
 	}
-	if r := run(t, c, "root", "/bin/sh", "-c", "echo > /dev/tcp/127.0.0.1/7002"); r.exit == 0 {
+	// The same probe from a itself succeeds, so its failure from c means
+	// something (bash: /bin/sh may lack /dev/tcp).
+	probe := "echo > /dev/tcp/127.0.0.1/7002"
+	if r := run(t, a, "root", "/bin/bash", "-c", probe); r.exit != 0 {
+		t.Fatalf("probe from a itself failed (exit %d: %s)", r.exit, r.stderr)
+	}
+	if r := run(t, c, "root", "/bin/bash", "-c", probe); r.exit == 0 {
 		t.Error("sandbox c reached a's loopback service")
 	}
 }
