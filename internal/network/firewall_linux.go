@@ -238,6 +238,28 @@ func (f *Firewall) RemoveSandbox(ctx context.Context, hostIf string) error {
 	return nil
 }
 
+// FirewallChains reports whether the firewall's table exists and the names
+// of its chains, for diagnostics and for tests that check what is left.
+func FirewallChains() (exists bool, chains []string, err error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, nil, fmt.Errorf("opening netlink for nftables: %w", err)
+	}
+	if exists, err = tableExists(c); err != nil || !exists {
+		return exists, nil, err
+	}
+	all, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return true, nil, fmt.Errorf("listing chains of %s: %w", TableName, err)
+	}
+	for _, ch := range all {
+		if ch.Table.Name == TableName {
+			chains = append(chains, ch.Name)
+		}
+	}
+	return true, chains, nil
+}
+
 func tableExists(c *nftables.Conn) (bool, error) {
 	_, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet)
 	if err == nil {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -389,32 +388,18 @@ func must(t *testing.T, err error) {
 
 func tableListed(t *testing.T) bool {
 	t.Helper()
-	c, err := nftables.New()
+	exists, _, err := FirewallChains()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == TableName })
+	return exists
 }
 
 func ourChains(t *testing.T) []string {
 	t.Helper()
-	c, err := nftables.New()
+	_, chains, err := FirewallChains()
 	if err != nil {
 		t.Fatal(err)
 	}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, ch := range chains {
-		if ch.Table.Name == TableName {
-			names = append(names, ch.Name)
-		}
-	}
-	return names
+	return chains
 }

@@ -48,3 +48,6 @@ func (f *Firewall) SetAllowed(ctx context.Context, hostIf string, allow []netip.
 func (f *Firewall) RemoveSandbox(ctx context.Context, hostIf string) error {
 	return errors.ErrUnsupported
 }
+
+// FirewallChains is not supported on this platform.
+func FirewallChains() (bool, []string, error) { return false, nil, errors.ErrUnsupported }

@@ -14,7 +14,6 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 )
 
@@ -162,30 +161,22 @@ func assertNoVeth(t *testing.T, host string) {
 	if _, err := netlink.LinkByName(host); !errors.As(err, new(netlink.LinkNotFoundError)) {
 		t.Errorf("veth %s: %v, want it gone", host, err)
 	}
-	c, err := nftables.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	chains, err := c.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	_, chains, err := network.FirewallChains()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, ch := range chains {
-		if ch.Table.Name == network.TableName && strings.HasSuffix(ch.Name, host) {
-			t.Errorf("firewall chain %s left", ch.Name)
+		if strings.HasSuffix(ch, host) {
+			t.Errorf("firewall chain %s left", ch)
 		}
 	}
 }
 
 func firewallTable(t *testing.T) bool {
 	t.Helper()
-	c, err := nftables.New()
+	exists, _, err := network.FirewallChains()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tables, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return slices.ContainsFunc(tables, func(tb *nftables.Table) bool { return tb.Name == network.TableName })
+	return exists
 }
