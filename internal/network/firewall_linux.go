@@ -20,12 +20,25 @@ import (
 const TableName = "agent_sandbox"
 
 const (
-	chainInput   = "input"
-	chainForward = "forward"
-	chainFrom    = "from_sandbox"
-	mapSandboxes = "sandboxes"
-	sandboxChain = "sb-" // + host veth name
+	chainPrerouting  = "prerouting"
+	chainInput       = "input"
+	chainForward     = "forward"
+	chainFrom        = "from_sandbox"
+	chainPostrouting = "postrouting"
+	mapSandboxes     = "sandboxes"
+	sandboxChain     = "sb-" // + host veth name
 )
+
+// The rate of log entries per drop rule: enough for an audit trail of what
+// a sandbox tried, too little for a sandbox to flood the reader.
+const (
+	logRate  = 20 // a second
+	logBurst = 50
+)
+
+// ctStatusDNAT is IPS_DST_NAT (linux/netfilter/nf_conntrack_common.h):
+// the connection's destination was rewritten, here by a Redirect.
+const ctStatusDNAT = 1 << 5
 
 // Firewall is the host-side nftables isolation of the sandboxes (see the
 // package doc for the layout). Its methods may be called concurrently.
@@ -45,6 +58,28 @@ func NewFirewall(cfg FirewallConfig) (*Firewall, error) {
 			return nil, fmt.Errorf("firewall: blocked prefix %s is not IPv4", p)
 		}
 	}
+	seen := make(map[Redirect]bool)
+	for _, r := range cfg.Redirects {
+		if _, ok := l4proto(r.Proto); !ok {
+			return nil, fmt.Errorf("firewall: redirect of %s/%d: protocol is not tcp or udp", r.Proto, r.Port)
+		}
+		if r.Port == 0 || r.ToPort == 0 {
+			return nil, fmt.Errorf("firewall: redirect of %s/%d to %d: port 0", r.Proto, r.Port, r.ToPort)
+		}
+		// A connection already addressed to gateway:ToPort is redirected
+		// to itself, which leaves the conntrack DNAT bit unset: the input
+		// chain would drop it while accepting the same connection made to
+		// any other address.
+		if r.Port == r.ToPort {
+			return nil, fmt.Errorf("firewall: redirect of %s/%d to itself: the target port must differ", r.Proto, r.Port)
+		}
+		key := Redirect{Proto: r.Proto, Port: r.Port}
+		if seen[key] {
+			return nil, fmt.Errorf("firewall: %s/%d redirected twice", r.Proto, r.Port)
+		}
+		seen[key] = true
+	}
+	cfg.Redirects = slices.Clone(cfg.Redirects)
 	cfg.Blocked = slices.Clone(cfg.Blocked)
 	cfg.HostTCPPorts = slices.Clone(cfg.HostTCPPorts)
 	cfg.HostUDPPorts = slices.Clone(cfg.HostUDPPorts)
@@ -73,25 +108,51 @@ func (f *Firewall) EnsureBase(ctx context.Context) error {
 	}
 	c.AddTable(table)
 	accept := nftables.ChainPolicyAccept
+	prerouting := c.AddChain(&nftables.Chain{Name: chainPrerouting, Table: table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
 	input := c.AddChain(&nftables.Chain{Name: chainInput, Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	forward := c.AddChain(&nftables.Chain{Name: chainForward, Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	from := c.AddChain(&nftables.Chain{Name: chainFrom, Table: table})
+	postrouting := c.AddChain(&nftables.Chain{Name: chainPostrouting, Table: table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
 	vmap := f.sandboxMap()
 	if err := c.AddSet(vmap, nil); err != nil {
 		return fmt.Errorf("installing firewall base: %w", err)
 	}
-	c.FlushChain(input)
-	c.FlushChain(forward)
-	c.FlushChain(from)
+	for _, ch := range []*nftables.Chain{prerouting, input, forward, from, postrouting} {
+		c.FlushChain(ch)
+	}
 
 	rule := func(ch *nftables.Chain, e ...expr.Any) { c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: e}) }
-	fromSandbox := ifPrefix(expr.MetaKeyIIFNAME)
-	toSandbox := ifPrefix(expr.MetaKeyOIFNAME)
+	// drop drops what match matches, logging it first (rate-limited, so
+	// in a rule of its own: a limit that is exceeded ends its rule, which
+	// must not skip the drop).
+	drop := func(ch *nftables.Chain, reason string, match ...[]expr.Any) {
+		m := cat(match...)
+		if f.cfg.LogGroup != 0 {
+			rule(ch, cat(m, logDrop(f.cfg.LogGroup, reason))...)
+		}
+		rule(ch, cat(m, verdict(expr.VerdictDrop))...)
+	}
+	fromSandbox := ifPrefix(expr.MetaKeyIIFNAME, expr.CmpOpEq)
+	toSandbox := ifPrefix(expr.MetaKeyOIFNAME, expr.CmpOpEq)
+	ipv4 := nfproto(unix.NFPROTO_IPV4)
+
+	// prerouting: a sandbox's traffic for a redirected port goes to the
+	// gateway, whatever address it was for. Sandboxes have only IPv4.
+	for _, r := range f.cfg.Redirects {
+		p, _ := l4proto(r.Proto)
+		rule(prerouting, cat(ipv4, fromSandbox, dport(p, r.Port), []expr.Any{
+			&expr.Immediate{Register: 1, Data: binary.BigEndian.AppendUint16(nil, r.ToPort)},
+			&expr.Redir{RegisterProtoMin: 1, Flags: expr.NF_NAT_RANGE_PROTO_SPECIFIED},
+		})...)
+	}
 
 	// input: replies to the host's own connections; the allowed ports;
-	// nothing else from a sandbox.
+	// redirected connections, to their target port only (a DNAT by
+	// anything else is not ours to let in); nothing else from a sandbox.
 	rule(input, cat(fromSandbox, ctEstablished(), verdict(expr.VerdictAccept))...)
 	for _, p := range f.cfg.HostTCPPorts {
 		rule(input, cat(fromSandbox, dport(unix.IPPROTO_TCP, p), verdict(expr.VerdictAccept))...)
@@ -99,25 +160,37 @@ func (f *Firewall) EnsureBase(ctx context.Context) error {
 	for _, p := range f.cfg.HostUDPPorts {
 		rule(input, cat(fromSandbox, dport(unix.IPPROTO_UDP, p), verdict(expr.VerdictAccept))...)
 	}
-	rule(input, cat(fromSandbox, verdict(expr.VerdictDrop))...)
+	for _, r := range f.cfg.Redirects {
+		p, _ := l4proto(r.Proto)
+		rule(input, cat(fromSandbox, ctStatus(ctStatusDNAT), dport(p, r.ToPort), verdict(expr.VerdictAccept))...)
+	}
+	// Both drop; the first only names the reason better.
+	drop(input, DropIPv6, fromSandbox, nfproto(unix.NFPROTO_IPV6))
+	drop(input, DropHost, fromSandbox)
 
 	// forward: everything from a sandbox goes through from_sandbox;
-	// towards a sandbox only replies pass.
+	// towards a sandbox only replies pass. What else comes in is not a
+	// sandbox's doing (and no sandbox's in-interface), so it is not
+	// logged.
 	rule(forward, cat(fromSandbox, jump(chainFrom))...)
 	rule(forward, cat(toSandbox, ctEstablished(), verdict(expr.VerdictAccept))...)
 	rule(forward, cat(toSandbox, verdict(expr.VerdictDrop))...)
 
 	// from_sandbox: fixed denials, then the sandbox's own chain, then drop.
-	rule(from, cat(nfproto(unix.NFPROTO_IPV6), verdict(expr.VerdictDrop))...)
-	rule(from, cat(toSandbox, verdict(expr.VerdictDrop))...)
+	drop(from, DropIPv6, nfproto(unix.NFPROTO_IPV6))
+	drop(from, DropSandbox, toSandbox)
 	for _, p := range f.cfg.Blocked {
-		rule(from, cat(daddr4(p), verdict(expr.VerdictDrop))...)
+		drop(from, DropBlocked, daddr4(p))
 	}
 	rule(from,
 		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: vmap.Name, SetID: vmap.ID, DestRegister: 0, IsDestRegSet: true},
 	)
-	rule(from, verdict(expr.VerdictDrop)...)
+	drop(from, DropDefault)
+
+	// postrouting: what a sandbox may send out leaves with the host's
+	// address, since nothing beyond the host routes back to the pool.
+	rule(postrouting, cat(ipv4, fromSandbox, ifPrefix(expr.MetaKeyOIFNAME, expr.CmpOpNeq), []expr.Any{&expr.Masq{}})...)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("installing firewall base: %w", err)
 	}
@@ -147,23 +220,23 @@ func (f *Firewall) Delete(ctx context.Context) error {
 // traffic is dropped), and maps hostIf to it, in one transaction. Adding a
 // sandbox that is there empties its chain.
 func (f *Firewall) AddSandbox(ctx context.Context, hostIf string) error {
-	return f.setSandbox(ctx, hostIf, nil, true)
+	return f.setSandbox(ctx, hostIf, SandboxRules{}, true)
 }
 
-// SetAllowed replaces the sandbox's forwarding allow rules with one accept
-// per IPv4 prefix, atomically. The fixed denials (other sandboxes, Blocked,
-// IPv6) come first, so these cannot open them. The sandbox must have been
-// added.
-func (f *Firewall) SetAllowed(ctx context.Context, hostIf string, allow []netip.Prefix) error {
-	for _, p := range allow {
+// SetRules replaces the sandbox's forwarding rules atomically: a drop
+// per Deny prefix, then an accept per Allow prefix; what neither matches is
+// dropped. The fixed denials (other sandboxes, Blocked, IPv6) come first,
+// so these cannot open them. The sandbox must have been added.
+func (f *Firewall) SetRules(ctx context.Context, hostIf string, rules SandboxRules) error {
+	for _, p := range slices.Concat(rules.Deny, rules.Allow) {
 		if !p.IsValid() || !p.Addr().Is4() {
-			return fmt.Errorf("setting allow rules of %s: %s is not an IPv4 prefix", hostIf, p)
+			return fmt.Errorf("setting firewall rules of %s: %s is not an IPv4 prefix", hostIf, p)
 		}
 	}
-	return f.setSandbox(ctx, hostIf, allow, false)
+	return f.setSandbox(ctx, hostIf, rules, false)
 }
 
-func (f *Firewall) setSandbox(ctx context.Context, hostIf string, allow []netip.Prefix, create bool) error {
+func (f *Firewall) setSandbox(ctx context.Context, hostIf string, rules SandboxRules, create bool) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("setting firewall of %s: %w", hostIf, err)
 	}
@@ -187,7 +260,13 @@ func (f *Firewall) setSandbox(ctx context.Context, hostIf string, allow []netip.
 		}
 	}
 	c.FlushChain(ch)
-	for _, p := range allow {
+	for _, p := range rules.Deny {
+		if f.cfg.LogGroup != 0 {
+			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(p), logDrop(f.cfg.LogGroup, DropDenied))})
+		}
+		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(p), verdict(expr.VerdictDrop))})
+	}
+	for _, p := range rules.Allow {
 		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(p), verdict(expr.VerdictAccept))})
 	}
 	if err := c.Flush(); err != nil {
@@ -279,12 +358,44 @@ func jump(chain string) []expr.Any {
 	return []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}
 }
 
-// ifPrefix matches an interface name starting with HostNamePrefix (nft's
-// iifname "asb-*": a comparison of the prefix's bytes only).
-func ifPrefix(key expr.MetaKey) []expr.Any {
+// ifPrefix matches an interface name starting (op CmpOpEq) or not
+// starting (CmpOpNeq) with HostNamePrefix (nft's iifname "asb-*": a
+// comparison of the prefix's bytes only).
+func ifPrefix(key expr.MetaKey, op expr.CmpOp) []expr.Any {
 	return []expr.Any{
 		&expr.Meta{Key: key, Register: 1},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(HostNamePrefix)},
+		&expr.Cmp{Op: op, Register: 1, Data: []byte(HostNamePrefix)},
+	}
+}
+
+// l4proto is the IP protocol number of a Redirect's Proto.
+func l4proto(name string) (uint8, bool) {
+	switch name {
+	case "tcp":
+		return unix.IPPROTO_TCP, true
+	case "udp":
+		return unix.IPPROTO_UDP, true
+	}
+	return 0, false
+}
+
+// logDrop logs to the NFLOG group with reason as the prefix, at most
+// logRate packets a second (bursts of logBurst) per rule it is in.
+func logDrop(group uint16, reason string) []expr.Any {
+	return []expr.Any{
+		&expr.Limit{Type: expr.LimitTypePkts, Rate: logRate, Unit: expr.LimitTimeSecond, Burst: logBurst},
+		&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_PREFIX, Group: group, Data: []byte(reason)},
+	}
+}
+
+// ctStatus matches connections with any of the conntrack status bits.
+func ctStatus(bits uint32) []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(bits),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
 }
 

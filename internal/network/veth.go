@@ -51,7 +51,37 @@ type FirewallConfig struct {
 	// whatever its own rules say; nil means DefaultBlocked. An operator
 	// opening part of a private range passes a list with that hole in it.
 	Blocked []netip.Prefix
+	// Redirects catch a sandbox's IPv4 traffic to a port, whatever the
+	// destination address, and hand it to a port on the sandbox's gateway
+	// address, where a host service listens (DNS to any resolver lands in
+	// the DNS filter). The host accepts these redirected connections and
+	// no others, so a direct connection to a ToPort is still dropped.
+	Redirects []Redirect
+	// LogGroup, if not 0, is the NFLOG group every dropped packet from a
+	// sandbox is logged to (at most 20 a second per rule, bursts of 50),
+	// with the reason (DropHost, DropIPv6, ...) as its prefix; a DropLog
+	// reads them.
+	LogGroup uint16
 }
+
+// Redirect sends a sandbox's traffic for Proto/Port to ToPort on its
+// gateway address.
+type Redirect struct {
+	Proto  string // "tcp" or "udp"
+	Port   uint16
+	ToPort uint16 // must differ from Port: see NewFirewall
+}
+
+// The reasons a drop is logged with (its NFLOG prefix), one per kind of
+// drop rule.
+const (
+	DropHost    = "host"    // to the host, on no allowed port and not redirected
+	DropIPv6    = "ipv6"    // IPv6, which sandboxes do not have
+	DropSandbox = "sandbox" // to another sandbox
+	DropBlocked = "blocked" // to a Blocked range
+	DropDefault = "default" // forwarded, but no rule of the sandbox allows it
+	DropDenied  = "denied"  // a Deny prefix of the sandbox's rules
+)
 
 // DefaultBlocked are the IPv4 ranges forwarding from a sandbox never
 // reaches by default: this-network, RFC 1918, CGNAT, loopback, link-local
@@ -69,4 +99,10 @@ var DefaultBlocked = []netip.Prefix{
 	netip.MustParsePrefix("192.168.0.0/16"),
 	netip.MustParsePrefix("224.0.0.0/4"),
 	netip.MustParsePrefix("240.0.0.0/4"),
+}
+
+// SandboxRules are a sandbox's own forwarding rules (SetRules): IPv4
+// prefixes it may not and may reach, Deny first.
+type SandboxRules struct {
+	Allow, Deny []netip.Prefix
 }

@@ -132,7 +132,7 @@ func (ns *Namespace) AttachVeth(ctx context.Context, cfg VethConfig) (err error)
 // the end inside with it) and, if cfg.Firewall is set, the sandbox's
 // firewall pieces. Only HostName (or SandboxID) and Firewall are used.
 // Detaching a veth that is gone succeeds; deleting the namespace alone also
-// removes the pair, but not the firewall pieces.
+// removes the pair, but not the firewall pieces or the bandwidth ifb.
 func DetachVeth(ctx context.Context, cfg VethConfig) error {
 	host := cfg.hostName()
 	var errs []error
@@ -140,6 +140,10 @@ func DetachVeth(ctx context.Context, cfg VethConfig) error {
 		errs = append(errs, cfg.Firewall.RemoveSandbox(context.WithoutCancel(ctx), host))
 	}
 	if err := deleteLink(host); err != nil {
+		errs = append(errs, fmt.Errorf("detaching veth: %w", err))
+	}
+	// The upload shaper's ifb is a device of its own: it outlives the veth.
+	if err := deleteIFB(host); err != nil {
 		errs = append(errs, fmt.Errorf("detaching veth: %w", err))
 	}
 	return errors.Join(errs...)

@@ -2,6 +2,7 @@ package network
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +50,7 @@ func TestIsolation(t *testing.T) {
 	inet := newNamespace(t, runDir, "inet")
 	setupInternet(t, inet)
 	inetPort := serve(t, inet, "0.0.0.0:0", "inet") // answers on inetAddr and metaAddr
+	whoPort := serveWith(t, inet, "0.0.0.0:0", remoteIP)
 
 	// Two host listeners on the test internet's host end (a host address):
 	// one on a port the firewall allows, one on a port it does not.
@@ -67,9 +70,6 @@ func TestIsolation(t *testing.T) {
 				t.Errorf("deleting firewall: %v", err)
 			}
 		})
-	}
-	if err := fw.EnsureBase(ctx); err != nil { // idempotent
-		t.Fatalf("EnsureBase again: %v", err)
 	}
 
 	pool, err := NewPool(DefaultPoolPrefix)
@@ -105,6 +105,30 @@ func TestIsolation(t *testing.T) {
 		}
 	}
 	a, b := sbs[0], sbs[1]
+
+	// The redirect targets listen on a's gateway, which exists only now.
+	// The config naming their ports rewrites the base chains of the table
+	// in use, as a server restarted with a new config does.
+	redirTCP := serveWith(t, nil, net.JoinHostPort(a.cfg.Addrs.Gateway.String(), "0"), remoteIP)
+	redirUDP := serveUDP(t, net.JoinHostPort(a.cfg.Addrs.Gateway.String(), "0"))
+	drops, group := watchDrops(t)
+	fw, err = NewFirewall(FirewallConfig{
+		HostTCPPorts: []uint16{allowedLn},
+		Redirects:    []Redirect{{Proto: "udp", Port: 53, ToPort: redirUDP}, {Proto: "tcp", Port: 80, ToPort: redirTCP}},
+		LogGroup:     group,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		if err := fw.EnsureBase(ctx); err != nil {
+			t.Fatalf("EnsureBase with redirects and logging: %v", err)
+		}
+	}
+	if chains := ourChains(t); !slices.Contains(chains, sandboxChain+a.cfg.hostName()) ||
+		!slices.Contains(chains, chainPrerouting) || !slices.Contains(chains, chainPostrouting) {
+		t.Errorf("chains after rewriting the base = %v", chains)
+	}
 
 	// The targets are real: the host reaches each of them.
 	for _, addr := range []string{
@@ -155,20 +179,124 @@ func TestIsolation(t *testing.T) {
 		}
 	})
 	t.Run("allow rule", func(t *testing.T) {
-		if err := fw.SetAllowed(ctx, a.cfg.hostName(), []netip.Prefix{netip.PrefixFrom(inetAddr, 32)}); err != nil {
+		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{Allow: []netip.Prefix{netip.PrefixFrom(inetAddr, 32)}}); err != nil {
 			t.Fatal(err)
 		}
 		run(t, a, []check{{"internet", ap(inetAddr, inetPort), true}})
 		run(t, b, []check{{"internet from the other sandbox", ap(inetAddr, inetPort), false}})
 		// Allowing everything opens neither the fixed denials nor the host.
-		if err := fw.SetAllowed(ctx, a.cfg.hostName(), []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}); err != nil {
+		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}); err != nil {
 			t.Fatal(err)
 		}
 		run(t, a, append(blocked(a, b), check{"internet", ap(inetAddr, inetPort), true}))
-		if err := fw.SetAllowed(ctx, a.cfg.hostName(), nil); err != nil {
+		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{}); err != nil {
 			t.Fatal(err)
 		}
 		run(t, a, []check{{"internet after reset", ap(inetAddr, inetPort), false}})
+	})
+	t.Run("redirect", func(t *testing.T) {
+		src := a.cfg.Addrs.Sandbox.String()
+		// Whatever the address, the host's listener gets it, from the
+		// sandbox, and the answer comes back from the address asked.
+		for _, dst := range []netip.Addr{inetAddr, netip.MustParseAddr("203.0.113.9")} {
+			if got, err := askUDP(a.ns, ap(dst, 53)); err != nil || got != src {
+				t.Errorf("udp to %s: listener saw %q (%v), want %q", ap(dst, 53), got, err, src)
+			}
+		}
+		if got, err := fetch(a.ns, ap(inetAddr, 80)); err != nil || got != src {
+			t.Errorf("tcp to %s: listener saw %q (%v), want %q", ap(inetAddr, 80), got, err, src)
+		}
+		// The targets themselves are reached only through the redirects.
+		gw := a.cfg.Addrs.Gateway
+		if err := dial(a.ns, ap(gw, redirTCP)); err == nil {
+			t.Errorf("tcp to %s, not redirected: reachable, want blocked", ap(gw, redirTCP))
+		}
+		if got, err := askUDP(a.ns, ap(gw, redirUDP)); err == nil {
+			t.Errorf("udp to %s, not redirected: answered %q, want blocked", ap(gw, redirUDP), got)
+		}
+		// Other ports are not redirected.
+		run(t, a, []check{{"internet, port 81", ap(inetAddr, 81), false}})
+	})
+	t.Run("masquerade", func(t *testing.T) {
+		err := inet.Do(func() error {
+			_, err := netlink.RouteGet(net.IP(a.cfg.Addrs.Sandbox.AsSlice()))
+			return err
+		})
+		if err == nil {
+			t.Fatalf("the test internet has a route to %s; the check proves nothing", a.cfg.Addrs.Sandbox)
+		}
+		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{Allow: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{}); err != nil {
+				t.Error(err)
+			}
+		}()
+		if got, err := fetch(a.ns, ap(inetAddr, whoPort)); err != nil || got != inetHost.String() {
+			t.Errorf("internet saw %q (%v), want the host's address %s", got, err, inetHost)
+		}
+	})
+	t.Run("drop log", func(t *testing.T) {
+		for len(drops) > 0 { // earlier tests'
+			<-drops
+		}
+		host, src := a.cfg.hostName(), a.cfg.Addrs.Sandbox
+		// Ports no earlier test probed, so that no late drop of theirs
+		// stands in for one of these.
+		probe := func(reason, proto string, dst netip.Addr, port uint16) Drop {
+			return Drop{HostIf: host, Reason: reason, Proto: proto, Src: src, Dst: dst, DstPort: port}
+		}
+		tcpProbes := []Drop{
+			probe(DropBlocked, "tcp", metaAddr, 7101),
+			probe(DropSandbox, "tcp", b.cfg.Addrs.Sandbox, 7102),
+			probe(DropHost, "tcp", inetHost, 7103),
+			probe(DropHost, "tcp", a.cfg.Addrs.Gateway, redirTCP),
+			probe(DropDefault, "tcp", inetAddr, 7104),
+		}
+		udpProbe := probe(DropDefault, "udp", inetAddr, 7105)
+		v6Probe := Drop{HostIf: host, Reason: DropIPv6, Proto: "udp",
+			Src: netip.MustParseAddr("fe80::2"), Dst: netip.MustParseAddr("ff02::1"), DstPort: 7106}
+
+		var wg sync.WaitGroup
+		for _, p := range tcpProbes {
+			wg.Go(func() {
+				if err := dial(a.ns, ap(p.Dst, p.DstPort)); err == nil {
+					t.Errorf("%s (%s) reachable", p.Reason, ap(p.Dst, p.DstPort))
+				}
+			})
+		}
+		wg.Go(func() {
+			if _, err := askUDP(a.ns, ap(udpProbe.Dst, udpProbe.DstPort)); err == nil {
+				t.Errorf("udp to %s answered", ap(udpProbe.Dst, udpProbe.DstPort))
+			}
+		})
+		// IPv6 is off at both ends. A packet socket sends it anyway, and
+		// the host end takes it in for as long as the test needs.
+		disable := "ipv6/conf/" + host + "/disable_ipv6"
+		must(t, writeSysctl(disable, "0"))
+		defer func() { must(t, writeSysctl(disable, "1")) }()
+		must(t, sendIPv6(a.ns, ipv6UDP(v6Probe.Src, v6Probe.Dst, 40000, v6Probe.DstPort, []byte("probe"))))
+		wg.Wait()
+
+		want := append(tcpProbes, udpProbe, v6Probe)
+		var seen []Drop
+		deadline := time.After(5 * time.Second)
+		for len(want) > 0 {
+			select {
+			case d := <-drops:
+				if d.Time.IsZero() {
+					t.Errorf("drop without a time: %+v", d)
+				}
+				d.Time = time.Time{}
+				seen = append(seen, d)
+				if i := slices.Index(want, d); i >= 0 {
+					want = slices.Delete(want, i, i+1)
+				}
+			case <-deadline:
+				t.Fatalf("drops not logged:\n%v\nlogged:\n%v", want, seen)
+			}
+		}
 	})
 	t.Run("restore leases", func(t *testing.T) {
 		leases, err := HostVeths()
@@ -219,6 +347,28 @@ func TestIsolation(t *testing.T) {
 		// a is unaffected.
 		run(t, a, []check{{"allowed host port", ap(inetHost, allowedLn), true}})
 	})
+}
+
+func TestNewFirewallRedirects(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    []Redirect
+		ok   bool
+	}{
+		{"tcp and udp on one port", []Redirect{{"udp", 53, 5353}, {"tcp", 53, 5353}}, true},
+		{"sctp", []Redirect{{"sctp", 53, 5353}}, false},
+		{"port 0", []Redirect{{"udp", 0, 5353}}, false},
+		{"to port 0", []Redirect{{"udp", 53, 0}}, false},
+		{"to itself", []Redirect{{"udp", 53, 53}}, false},
+		{"twice", []Redirect{{"tcp", 80, 8080}, {"tcp", 80, 8081}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := NewFirewall(FirewallConfig{Redirects: tc.r})
+			if (err == nil) != tc.ok {
+				t.Errorf("NewFirewall(%v): %v, want ok %v", tc.r, err, tc.ok)
+			}
+		})
+	}
 }
 
 func TestAttachVethRollsBack(t *testing.T) {
@@ -293,10 +443,9 @@ func setupInternet(t *testing.T, inet *Namespace) {
 		if err := netlink.AddrAdd(eth, &netlink.Addr{IPNet: ipNet(inetAddr)}); err != nil {
 			return err
 		}
+		// No route back to the pool (none beyond the link): the host
+		// masquerades what it forwards, so the answers go to its address.
 		if err := netlink.LinkSetUp(eth); err != nil {
-			return err
-		}
-		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: net.IP(inetHost.AsSlice())}); err != nil {
 			return err
 		}
 		// No dummy driver in every kernel: the metadata address sits on eth0.
@@ -322,6 +471,15 @@ func newNamespace(t *testing.T, runDir, name string) *Namespace {
 // each connection with tag, and returns the port.
 func serve(t *testing.T, ns *Namespace, addr, tag string) uint16 {
 	t.Helper()
+	return serveWith(t, ns, addr, func(net.Addr) string { return tag })
+}
+
+// remoteIP greets a peer with its own address as the listener sees it.
+func remoteIP(a net.Addr) string { return netip.MustParseAddrPort(a.String()).Addr().String() }
+
+// serveWith is serve with a greeting made from the peer's address.
+func serveWith(t *testing.T, ns *Namespace, addr string, greet func(remote net.Addr) string) uint16 {
+	t.Helper()
 	var ln net.Listener
 	listen := func() (err error) {
 		ln, err = net.Listen("tcp4", addr)
@@ -343,15 +501,22 @@ func serve(t *testing.T, ns *Namespace, addr, tag string) uint16 {
 			if err != nil {
 				return
 			}
-			io.WriteString(c, tag)
+			io.WriteString(c, greet(c.RemoteAddr()))
 			c.Close()
 		}
 	}()
 	return uint16(ln.Addr().(*net.TCPAddr).Port)
 }
 
-// dial connects to addr from ns (the host if nil) and reads the greeting.
+// dial connects to addr from ns (the host if nil) and reads a greeting.
 func dial(ns *Namespace, addr string) error {
+	_, err := fetch(ns, addr)
+	return err
+}
+
+// fetch connects to addr from ns (the host if nil) and returns the
+// greeting.
+func fetch(ns *Namespace, addr string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
 	defer cancel()
 	var c net.Conn
@@ -363,18 +528,112 @@ func dial(ns *Namespace, addr string) error {
 		c, err = d.DialContext(ctx, "tcp4", addr)
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(700 * time.Millisecond))
 	b, err := io.ReadAll(c)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if len(b) == 0 {
-		return errors.New("no greeting")
+		return "", errors.New("no greeting")
 	}
-	return nil
+	return string(b), nil
+}
+
+// serveUDP listens for UDP on addr on the host, answers each datagram with
+// the sender's address, and returns the port.
+func serveUDP(t *testing.T, addr string) uint16 {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo([]byte(remoteIP(from)), from)
+		}
+	}()
+	return uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// askUDP sends a datagram to addr from inside ns and returns the answer,
+// which a connected socket takes only from addr.
+func askUDP(ns *Namespace, addr string) (string, error) {
+	var c net.Conn
+	if err := ns.Do(func() (err error) {
+		c, err = net.Dial("udp4", addr)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(700 * time.Millisecond))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return "", err
+	}
+	b := make([]byte, 512)
+	n, err := c.Read(b)
+	if err != nil {
+		return "", err
+	}
+	return string(b[:n]), nil
+}
+
+// sendIPv6 sends an IPv6 packet to a multicast destination out of the
+// sandbox's eth0 with a packet socket, which needs no IPv6 in the sandbox.
+func sendIPv6(ns *Namespace, pkt []byte) error {
+	return ns.Do(func() error {
+		eth, err := net.InterfaceByName(PeerName)
+		if err != nil {
+			return err
+		}
+		proto := int(binary.BigEndian.Uint16(binary.NativeEndian.AppendUint16(nil, unix.ETH_P_IPV6))) // htons
+		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, proto)
+		if err != nil {
+			return fmt.Errorf("opening packet socket: %w", err)
+		}
+		defer unix.Close(fd)
+		// 33:33 and the group's last four bytes (RFC 2464).
+		to := &unix.SockaddrLinklayer{Protocol: uint16(proto), Ifindex: eth.Index, Halen: 6,
+			Addr: [8]byte{0x33, 0x33, pkt[36], pkt[37], pkt[38], pkt[39]}}
+		if err := unix.Sendto(fd, pkt, 0, to); err != nil {
+			return fmt.Errorf("sending IPv6 packet: %w", err)
+		}
+		return nil
+	})
+}
+
+// watchDrops binds a drop log group of the test's own and reads it into
+// the channel (dropping what does not fit) until the test ends.
+func watchDrops(t *testing.T) (<-chan Drop, uint16) {
+	t.Helper()
+	l, group := openDropLog(t, 4242)
+	drops := make(chan Drop, 1024)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- l.Read(ctx, func(d Drop) {
+			select {
+			case drops <- d:
+			default:
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("reading drop log: %v", err)
+		}
+	})
+	return drops, group
 }
 
 func ap(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }

@@ -5,7 +5,6 @@ package network
 import (
 	"context"
 	"errors"
-	"net/netip"
 )
 
 // AttachVeth is not supported on this platform.
@@ -39,8 +38,8 @@ func (f *Firewall) AddSandbox(ctx context.Context, hostIf string) error {
 	return errors.ErrUnsupported
 }
 
-// SetAllowed is not supported on this platform.
-func (f *Firewall) SetAllowed(ctx context.Context, hostIf string, allow []netip.Prefix) error {
+// SetRules is not supported on this platform.
+func (f *Firewall) SetRules(ctx context.Context, hostIf string, rules SandboxRules) error {
 	return errors.ErrUnsupported
 }
 
