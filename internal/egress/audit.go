@@ -13,7 +13,10 @@ type Event struct {
 	Time time.Time `json:"time"`
 	Kind string    `json:"kind"` // EventDNS, EventDNSAnswer, EventResolve, …
 	Name string    `json:"name,omitempty"`
-	Type string    `json:"type,omitempty"` // DNS query type: "A", "AAAA", …
+	// Proto is the transport of a packet the firewall dropped ("tcp",
+	// "udp", "icmp", …).
+	Proto string `json:"proto,omitempty"`
+	Type  string `json:"type,omitempty"` // DNS query type: "A", "AAAA", …
 	// Addrs are the addresses the decision is about: those answered for an
 	// allowed query, the one stripped for a stripped answer.
 	Addrs   []netip.Addr `json:"addrs,omitempty"`
@@ -30,6 +33,12 @@ const (
 	EventDNSAnswer = "dns-answer"
 	// EventResolve is a name resolved by the host side itself (Resolver).
 	EventResolve = "resolve"
+	// EventProxy is a connection through the transparent proxy, judged by
+	// its HTTP Host or TLS SNI, or by address if it names none.
+	EventProxy = "proxy"
+	// EventFirewall is a packet the host firewall dropped (recorded by the
+	// gateway from the firewall's drop log; Rule is "firewall:<reason>").
+	EventFirewall = "firewall"
 )
 
 // Audit receives egress decisions. Record must not block for long and must

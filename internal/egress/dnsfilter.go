@@ -255,42 +255,7 @@ func (s *Server) ServeUDP(ctx context.Context, pc net.PacketConn) error {
 // done, then closes ln and every connection and returns nil once they have
 // finished. Queries on one connection are answered in order.
 func (s *Server) ServeTCP(ctx context.Context, ln net.Listener) error {
-	stop := context.AfterFunc(ctx, func() { ln.Close() })
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	var backoff time.Duration
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("accepting DNS connections: %w", err)
-			}
-			// Likely out of file descriptors: wait and retry, as net/http does.
-			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-			s.cfg.Logger.Warn("dns: accepting TCP connection", "err", err, "retry_in", backoff)
-			select {
-			case <-time.After(backoff):
-			case <-ctx.Done():
-				return nil
-			}
-			continue
-		}
-		backoff = 0
-		select {
-		case s.conns <- struct{}{}:
-		default:
-			c.Close()
-			continue
-		}
-		wg.Go(func() {
-			defer func() { <-s.conns }()
-			s.serveConn(ctx, c)
-		})
-	}
+	return serveConns(ctx, ln, "dns", s.cfg.Logger, s.conns, s.serveConn, func(c net.Conn) { c.Close() })
 }
 
 func (s *Server) serveConn(ctx context.Context, c net.Conn) {
@@ -406,6 +371,9 @@ func (s *Server) answer(ctx context.Context, q dnsmessage.Message, edns bool) dn
 		return reply(q, dnsmessage.RCodeRefused, edns)
 	}
 	name, qtype := question.Name.String(), typeString(question.Type)
+	if n, err := NormalizeName(name); err == nil {
+		name = n // as the policy matches it, and as the proxy records it
+	}
 	pol := s.cfg.policy()
 	d := pol.AllowName(name)
 	if !d.Allowed {

@@ -313,58 +313,58 @@ func TestServer(t *testing.T) {
 		{
 			name: "allowed name answered", qname: "pypi.org.", qtype: dnsmessage.TypeA,
 			wantRCode: dnsmessage.RCodeSuccess, wantAddrs: []string{"151.101.0.223"},
-			wantEvents: []eventKey{{EventDNS, "pypi.org.", "A", "151.101.0.223", true, "ceiling:pypi.org"}},
+			wantEvents: []eventKey{{EventDNS, "pypi.org", "A", "151.101.0.223", true, "ceiling:pypi.org"}},
 		},
 		{
 			name: "IPv6 answer stripped by default", qname: "PyPI.org.", qtype: dnsmessage.TypeAAAA,
 			wantRCode: dnsmessage.RCodeSuccess,
 			wantEvents: []eventKey{
-				{EventDNSAnswer, "PyPI.org.", "AAAA", "2a04:4e42::223", false, RuleIPv6},
-				{EventDNS, "PyPI.org.", "AAAA", "", true, "ceiling:pypi.org"},
+				{EventDNSAnswer, "pypi.org", "AAAA", "2a04:4e42::223", false, RuleIPv6},
+				{EventDNS, "pypi.org", "AAAA", "", true, "ceiling:pypi.org"},
 			},
 		},
 		{
 			name: "denied name refused with NXDOMAIN", qname: "evil.example.", qtype: dnsmessage.TypeA,
 			wantRCode: dnsmessage.RCodeNameError, wantBlock: true,
-			wantEvents: []eventKey{{EventDNS, "evil.example.", "A", "", false, RuleAllowlist}},
+			wantEvents: []eventKey{{EventDNS, "evil.example", "A", "", false, RuleAllowlist}},
 		},
 		{
 			name: "rebinding answers stripped", qname: "rebind.test.", qtype: dnsmessage.TypeA,
 			wantRCode: dnsmessage.RCodeSuccess, wantAddrs: []string{"203.0.113.10"},
 			wantEvents: []eventKey{
-				{EventDNSAnswer, "rebind.test.", "A", "169.254.169.254", false, "private:link-local 169.254.0.0/16"},
-				{EventDNSAnswer, "rebind.test.", "A", "127.0.0.1", false, "private:loopback 127.0.0.0/8"},
-				{EventDNSAnswer, "rebind.test.", "A", "10.0.0.5", false, "private:private 10.0.0.0/8"},
-				{EventDNS, "rebind.test.", "A", "203.0.113.10", true, "ceiling:rebind.test"},
+				{EventDNSAnswer, "rebind.test", "A", "169.254.169.254", false, "private:link-local 169.254.0.0/16"},
+				{EventDNSAnswer, "rebind.test", "A", "127.0.0.1", false, "private:loopback 127.0.0.0/8"},
+				{EventDNSAnswer, "rebind.test", "A", "10.0.0.5", false, "private:private 10.0.0.0/8"},
+				{EventDNS, "rebind.test", "A", "203.0.113.10", true, "ceiling:rebind.test"},
 			},
 		},
 		{
 			name: "only private answers: empty NOERROR", qname: "private.test.", qtype: dnsmessage.TypeA,
 			wantRCode: dnsmessage.RCodeSuccess,
 			wantEvents: []eventKey{
-				{EventDNSAnswer, "private.test.", "A", "10.0.0.1", false, "private:private 10.0.0.0/8"},
-				{EventDNS, "private.test.", "A", "", true, "ceiling:private.test"},
+				{EventDNSAnswer, "private.test", "A", "10.0.0.1", false, "private:private 10.0.0.0/8"},
+				{EventDNS, "private.test", "A", "", true, "ceiling:private.test"},
 			},
 		},
 		{
 			name: "allowed but nonexistent", qname: "nx.test.", qtype: dnsmessage.TypeA,
 			wantRCode:  dnsmessage.RCodeNameError,
-			wantEvents: []eventKey{{EventDNS, "nx.test.", "A", "", true, "ceiling:nx.test"}},
+			wantEvents: []eventKey{{EventDNS, "nx.test", "A", "", true, "ceiling:nx.test"}},
 		},
 		{
 			name: "truncated upstream answer retried over TCP", qname: "tc.test.", qtype: dnsmessage.TypeA,
 			wantRCode: dnsmessage.RCodeSuccess, wantAddrs: []string{"203.0.113.20"},
-			wantEvents: []eventKey{{EventDNS, "tc.test.", "A", "203.0.113.20", true, "ceiling:tc.test"}},
+			wantEvents: []eventKey{{EventDNS, "tc.test", "A", "203.0.113.20", true, "ceiling:tc.test"}},
 		},
 		{
 			name: "wildcard", qname: "www.allowed.test.", qtype: dnsmessage.TypeA,
 			wantRCode: dnsmessage.RCodeSuccess, wantAddrs: []string{"203.0.113.2"},
-			wantEvents: []eventKey{{EventDNS, "www.allowed.test.", "A", "203.0.113.2", true, "ceiling:*.allowed.test"}},
+			wantEvents: []eventKey{{EventDNS, "www.allowed.test", "A", "203.0.113.2", true, "ceiling:*.allowed.test"}},
 		},
 		{
 			name: "HTTPS records removed, others kept", qname: "svcb.allowed.test.", qtype: dnsmessage.TypeHTTPS,
 			wantRCode:  dnsmessage.RCodeSuccess,
-			wantEvents: []eventKey{{EventDNS, "svcb.allowed.test.", "HTTPS", "", true, "ceiling:*.allowed.test"}},
+			wantEvents: []eventKey{{EventDNS, "svcb.allowed.test", "HTTPS", "", true, "ceiling:*.allowed.test"}},
 		},
 	}
 	p := mustPolicy(t, testCeiling(), "", nil)

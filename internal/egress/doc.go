@@ -85,6 +85,29 @@
 // and one EventDNSAnswer per removed address. Ring is a bounded per-sandbox
 // Audit read with a cursor.
 //
+// # Proxy
+//
+// The host redirects a sandbox's TCP connections to ports 80 and 443 to its
+// Proxy, which reads the original destination (OriginalDst) and the first
+// bytes: the SNI of a TLS ClientHello (parsed by crypto/tls) or the Host of
+// an HTTP/1 request head. A name decides, even when the original address
+// would be allowed: the proxy resolves it itself as Resolver does and dials
+// only the addresses AllowAnswer keeps, on the original port, so cached or
+// forged answers, rebinding and direct-IP connections carrying an allowed
+// name reach nothing else. A connection without a name (other protocols, no
+// SNI, nothing sent within HandshakeTimeout) or with an IP literal is
+// decided by AllowAddr on its original address. The bytes read (at most
+// 64 KiB) are forwarded unchanged; TLS is never terminated. A denied HTTP
+// request gets 403 naming the rule, an unreachable allowed one 502; other
+// connections are closed. Each connection is one EventProxy.
+//
+// A connection is decided once, on its first request or ClientHello:
+// later requests on a kept-alive HTTP connection, or a Host inside TLS
+// that differs from the SNI, reach the same address unchecked. The proxy
+// bounds which addresses are reached, not which sites those addresses
+// serve: domain fronting, or Encrypted ClientHello, on a shared front end
+// still works.
+//
 // Bounds: queries over 4096 bytes are dropped, at most MaxInflight UDP
 // queries and MaxConns TCP connections are served at once (the rest are
 // dropped or closed), every upstream exchange has a Timeout, idle TCP

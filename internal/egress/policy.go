@@ -473,3 +473,39 @@ func (p *Policy) special(a netip.Addr) (Decision, bool) {
 	}
 	return deny(rule), true
 }
+
+// Forwarding is the address side of a Policy, for the host firewall that
+// judges traffic not redirected to the DNS filter or the proxy: packets to
+// a Deny prefix are dropped, then packets to an Allow prefix accepted, and
+// the rest dropped. Only IPv4 prefixes appear (forwarded IPv6 is dropped
+// whatever the rules), and private and reserved ranges stay closed by the
+// firewall's own fixed denials, so it is the public part of the policy.
+type Forwarding struct {
+	Allow, Deny []netip.Prefix
+}
+
+// Forwarding returns the address rules the firewall enforces for p, in the
+// order AllowAddr applies them.
+func (p Policy) Forwarding() Forwarding {
+	var f Forwarding
+	if !p.valid || p.off {
+		return f
+	}
+	add := func(dst *[]netip.Prefix, es []entry) {
+		for _, e := range es {
+			if e.prefix.Addr().Is4() {
+				*dst = append(*dst, e.prefix)
+			}
+		}
+	}
+	add(&f.Deny, p.deny.prefixes)
+	add(&f.Deny, p.ceiling.deny.prefixes)
+	add(&f.Allow, p.ceiling.allow.prefixes)
+	if p.mayWiden() {
+		add(&f.Allow, p.allow.prefixes)
+	}
+	if p.ceiling.open {
+		f.Allow = append(f.Allow, netip.MustParsePrefix("0.0.0.0/0"))
+	}
+	return f
+}

@@ -454,3 +454,48 @@ func TestNormalizeName(t *testing.T) {
 		}
 	}
 }
+
+func TestForwarding(t *testing.T) {
+	pfx := func(ss ...string) []netip.Prefix {
+		var out []netip.Prefix
+		for _, s := range ss {
+			out = append(out, netip.MustParsePrefix(s))
+		}
+		return out
+	}
+	off := false
+	for _, tc := range []struct {
+		name    string
+		ceiling Ceiling
+		network string
+		off     *bool
+		want    Forwarding
+	}{
+		{name: "default: nothing", ceiling: DefaultCeiling(), network: `{"allowOut":["1.2.3.0/24"]}`, want: Forwarding{}},
+		{name: "widening adds sandbox CIDRs, IPv4 only, domains ignored",
+			ceiling: Ceiling{SandboxMayWiden: true, AllowCIDRs: []string{"203.0.113.0/24"}},
+			network: `{"allowOut":["1.2.3.0/24","9.9.9.9","2001:db8::/32","a.test"],"denyOut":["1.2.3.4","b.test"]}`,
+			want:    Forwarding{Allow: pfx("203.0.113.0/24", "1.2.3.0/24", "9.9.9.9/32"), Deny: pfx("1.2.3.4/32")}},
+		{name: "open ceiling with denials", ceiling: Ceiling{Open: true, DenyCIDRs: []string{"198.51.100.0/24"}},
+			network: `{"denyOut":["8.8.8.8"]}`,
+			want:    Forwarding{Allow: pfx("0.0.0.0/0"), Deny: pfx("8.8.8.8/32", "198.51.100.0/24")}},
+		{name: "internet off: nothing", ceiling: Ceiling{Open: true}, off: &off, want: Forwarding{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := ParseRules([]byte(tc.network), tc.off)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := NewPolicy(tc.ceiling, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tc.want, p.Forwarding(), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b })); d != "" {
+				t.Errorf("Forwarding (-want +got):\n%s", d)
+			}
+		})
+	}
+	if (Policy{}).Forwarding().Allow != nil {
+		t.Error("the zero Policy forwards something")
+	}
+}
