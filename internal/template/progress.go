@@ -126,10 +126,13 @@ func parseAptStatus(line string) (aptStatus, bool) {
 }
 
 // aptProgress turns apt status lines and apt-get's own output into events.
+// status and output are called from different goroutines (apt's status
+// pipe and its stdout).
 type aptProgress struct {
-	total     int // packages to install, from "N newly installed"
-	unpacked  int // "Unpacking x" status lines
-	installed int // "Installed x" status lines
+	mu        sync.Mutex // guards the fields below
+	total     int        // packages to install, from "N newly installed"
+	unpacked  int        // "Unpacking x" status lines
+	installed int        // "Installed x" status lines
 }
 
 // status converts one status-fd line; ok is false for lines that carry no
@@ -149,6 +152,8 @@ func (a *aptProgress) status(line string) (ev Event, ok bool) {
 		}
 		return ev, true
 	case "pmstatus":
+		a.mu.Lock()
+		defer a.mu.Unlock()
 		item := st.Item
 		if item == "dpkg-exec" {
 			item = ""
@@ -175,7 +180,9 @@ func (a *aptProgress) status(line string) (ev Event, ok bool) {
 func (a *aptProgress) output(line string) {
 	var up, n int
 	if _, err := fmt.Sscanf(line, "%d upgraded, %d newly installed", &up, &n); err == nil {
+		a.mu.Lock()
 		a.total = n
+		a.mu.Unlock()
 	}
 }
 
