@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
@@ -22,6 +23,8 @@ type Sandboxes interface {
 	Connect(ctx context.Context, id string, d time.Duration) (sb store.Sandbox, resumed bool, err error)
 	Pause(ctx context.Context, id string) error
 	Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error)
+	UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error
+	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
 }
 
 // Keys verifies API keys; *store.Store implements it.
@@ -116,6 +119,8 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/refreshes", h.auth(h.refresh))
 	h.mux.Handle("POST /sandboxes/{id}/pause", h.auth(h.pause))
 	h.mux.Handle("GET /sandboxes/{id}/metrics", h.auth(h.metrics))
+	h.mux.Handle("PUT /sandboxes/{id}/network", h.auth(h.updateNetwork))
+	h.mux.Handle("GET /sandboxes/{id}/network/audit", h.auth(h.egressAudit))
 }
 
 // probeMethods are tried to tell "wrong method" (405) from "no such path".

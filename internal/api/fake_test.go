@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
@@ -32,6 +33,9 @@ type fakeSandboxes struct {
 	metrics []sandbox.Metric
 	// metricWindows records the Metrics windows asked for.
 	metricWindows [][2]time.Time
+	// networkUpdates records UpdateNetwork calls; events is the audit trail.
+	networkUpdates []sandbox.NetworkUpdate
+	events         []egress.Event
 }
 
 func newFake(sbs ...store.Sandbox) *fakeSandboxes {
@@ -181,4 +185,37 @@ func (f *fakeSandboxes) Metrics(ctx context.Context, id string, start, end time.
 		}
 	}
 	return out, nil
+}
+
+func (f *fakeSandboxes) UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return f.fail
+	}
+	if _, ok := f.sbs[id]; !ok {
+		return sandbox.ErrNotFound
+	}
+	f.networkUpdates = append(f.networkUpdates, u)
+	return nil
+}
+
+func (f *fakeSandboxes) EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return nil, 0, f.fail
+	}
+	if _, ok := f.sbs[id]; !ok {
+		return nil, 0, sandbox.ErrNotFound
+	}
+	var out []egress.Event
+	next := after
+	for _, e := range f.events {
+		if e.Seq > after && len(out) < limit {
+			out = append(out, e)
+			next = e.Seq
+		}
+	}
+	return out, next, nil
 }

@@ -28,7 +28,7 @@ type command struct {
 
 // commands is every grouped subcommand, in the order help lists them.
 var commands = []*command{
-	sandboxListCommand, sandboxKillCommand, sandboxExecCommand, sandboxShellCommand,
+	sandboxListCommand, sandboxKillCommand, sandboxExecCommand, sandboxShellCommand, sandboxAuditCommand,
 	keysCreateCommand, keysListCommand, keysRevokeCommand,
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/netip"
 	"net/http"
 	"slices"
 	"sync"
@@ -19,6 +20,7 @@ type Fake struct {
 	// handlers serve these ports in every sandbox started afterwards.
 	handlers  map[int]http.Handler
 	startErr  error
+	links     bool // sandboxes report a network Link
 	sandboxes map[string]*FakeInstance
 }
 
@@ -72,6 +74,15 @@ type fakeState struct {
 	ID string `json:"id"`
 }
 
+// GiveLinks makes every sandbox started from now on report a network Link
+// (host interface "fake-<n>", gateway 192.0.2.1, address 192.0.2.2), as a
+// backend with networking does. Nothing is set up behind it.
+func (f *Fake) GiveLinks() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.links = true
+}
+
 // Start implements Backend.
 func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
 	if err := ctx.Err(); err != nil {
@@ -86,6 +97,13 @@ func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
 		return nil, fmt.Errorf("starting sandbox %s: already running", spec.ID)
 	}
 	i := &FakeInstance{f: f, spec: spec, done: make(chan struct{}), servers: map[int]*pipeListener{}}
+	if f.links {
+		i.link = Link{
+			HostIf:  fmt.Sprintf("fake-%d", len(f.sandboxes)),
+			Gateway: netip.MustParseAddr("192.0.2.1"),
+			Address: netip.MustParseAddr("192.0.2.2"),
+		}
+	}
 	for port, h := range f.handlers {
 		i.serve(port, h)
 	}
@@ -129,6 +147,7 @@ type FakeInstance struct {
 	stopped bool
 	exit    Exit
 	stats   Stats
+	link    Link // set at Start, then read-only
 }
 
 var _ Instance = (*FakeInstance)(nil)
@@ -254,6 +273,9 @@ func (i *FakeInstance) Stats(context.Context) (Stats, error) {
 	s.Time = time.Now()
 	return s, nil
 }
+
+// Link implements Instance: the zero Link unless the Fake gives links.
+func (i *FakeInstance) Link() Link { return i.link }
 
 // Done implements Instance. Stop closes it too.
 func (i *FakeInstance) Done() <-chan struct{} { return i.done }

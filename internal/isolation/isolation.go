@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"net/netip"
 	"time"
 )
 
@@ -69,6 +70,9 @@ type Instance interface {
 	Resume(ctx context.Context) error
 	// Stats samples resource use.
 	Stats(ctx context.Context) (Stats, error)
+	// Link is the sandbox's network link on the host; the zero Link when
+	// the sandbox has only loopback.
+	Link() Link
 	// Done is closed when the sandbox stops by itself (its init or envd
 	// died, or the kernel killed it); Exit then says why.
 	Done() <-chan struct{}
@@ -76,6 +80,15 @@ type Instance interface {
 	// Stop kills every process and removes everything the sandbox used.
 	// It is idempotent.
 	Stop(ctx context.Context) error
+}
+
+// Link is a sandbox's network attachment as the host sees it: the host
+// serves the sandbox's DNS and egress proxy on Gateway and applies its
+// firewall rules and bandwidth caps to HostIf.
+type Link struct {
+	HostIf  string     // the host end of its veth
+	Gateway netip.Addr // the host's address on it: the sandbox's route and nameserver
+	Address netip.Addr // the sandbox's address
 }
 
 // Stats is one resource sample.

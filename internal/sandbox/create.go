@@ -40,6 +40,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if req.Network != nil && !json.Valid(req.Network) {
 		return store.Sandbox{}, invalid("network config is not valid JSON")
 	}
+	if _, err := m.parseEgress(req.Network, req.AllowInternetAccess); err != nil {
+		return store.Sandbox{}, err
+	}
 	tmpl, err := m.cfg.Templates.Lookup(req.Template)
 	if errors.Is(err, template.ErrNotFound) {
 		return store.Sandbox{}, invalid("template '%s' not found", req.Template)
@@ -89,6 +92,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	fail := func(inst isolation.Instance, step string, err error) (store.Sandbox, error) {
 		err = fmt.Errorf("creating sandbox %s: %s: %w", rec.ID, step, err)
 		bg := context.WithoutCancel(ctx)
+		m.detachNetwork(rec.ID)
 		if inst != nil {
 			if serr := inst.Stop(bg); serr != nil {
 				log.Error("stopping sandbox after a failed create", "err", serr)
@@ -118,6 +122,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	if err := m.cfg.Store.SetBackendState(ctx, rec.ID, inst.State()); err != nil {
 		return fail(inst, "recording backend state", err)
+	}
+	// Before envd runs anything: a start command may resolve names at once.
+	if err := m.attachNetwork(ctx, rec, inst); err != nil {
+		return fail(inst, "attaching the network gateway", err)
 	}
 
 	env := maps.Clone(tmpl.Env)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -227,19 +226,11 @@ func listPids(t *testing.T, m *Manager, sb store.Sandbox) []uint32 {
 	return pids
 }
 
-// testEnvd returns make build's bin/envd, or builds envd into dir.
 func testEnvd(t *testing.T, dir string) string {
 	t.Helper()
-	if p, err := filepath.Abs("../../bin/envd"); err == nil {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	p := filepath.Join(dir, "envd")
-	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/envd")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building envd: %v: %s", err, out)
+	p, err := jailtest.BuildEnvd(dir)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return p
 }

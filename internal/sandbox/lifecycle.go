@@ -56,6 +56,7 @@ func (m *Manager) drop(ctx context.Context, sb *sandbox, state store.State, reas
 	sb.mu.Unlock()
 	closeConns(conns)
 	m.forget(sb)
+	m.detachNetwork(sb.id)
 	if err := sb.inst.Stop(context.WithoutCancel(ctx)); err != nil {
 		// The record says killed; whatever is left is found as a
 		// leftover by the next reconcile.

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -53,6 +54,12 @@ type Config struct {
 	Templates Templates
 	EnvdPath  string // host path of the envd binary mounted into sandboxes
 	Log       *slog.Logger
+	// Network enforces egress policies; nil when sandboxes have no
+	// network beyond loopback.
+	Network Network
+	// MaxBandwidth is every sandbox's default bandwidth cap and the most a
+	// create request may ask for (network.bandwidth); zero: unlimited.
+	MaxBandwidth network.Bandwidth
 
 	MaxTimeout    time.Duration // longest allowed timeout (default 24h)
 	MetricsEvery  time.Duration // sampling period (default 5s)

@@ -93,8 +93,13 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 	} else {
 		err = inst.Resume(ctx)
 	}
+	if err == nil {
+		if err = m.attachNetwork(ctx, rec, inst); err != nil {
+			err = fmt.Errorf("attaching the network gateway: %w", err)
+		}
+	}
 	if err != nil {
-		log.Error("adopted sandbox does not match its record, killing it", "state", rec.State, "err", err)
+		log.Error("adopted sandbox cannot be taken over, killing it", "state", rec.State, "err", err)
 		if serr := inst.Stop(ctx); serr != nil {
 			log.Error("stopping sandbox", "err", serr)
 		}

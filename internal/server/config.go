@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,11 +22,23 @@ type Config struct {
 	EnvdPath string
 	// Mirror is the Debian mirror templates are built from ("" = default).
 	Mirror string
+	// EgressPolicy is a JSON file holding the operator's egress ceiling
+	// (egress.Ceiling); "" = deny all but the package registries.
+	EgressPolicy string
+	// DNSUpstream is the resolver (host:port) that answers the names a
+	// sandbox may use; "" = the first nameserver of /etc/resolv.conf.
+	DNSUpstream string
+	// BandwidthMbit caps each sandbox's traffic, each way: the default
+	// and the most a create request may ask for. 0 = unlimited.
+	BandwidthMbit float64
 }
+
+// DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
+const DefaultBandwidthMbit = 100
 
 // DefaultConfig returns the embedded defaults.
 func DefaultConfig() Config {
-	return Config{Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox"}
+	return Config{Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit}
 }
 
 // DBPath is the SQLite database inside dataDir; the keys commands open it
@@ -43,6 +56,14 @@ func (c *Config) Validate() error {
 	}
 	if strings.Contains(c.Domain, "/") || strings.HasPrefix(c.Domain, ".") {
 		return fmt.Errorf("--domain %q: want a host name with an optional :port, e.g. sandbox.example.com", c.Domain)
+	}
+	if c.BandwidthMbit < 0 {
+		return fmt.Errorf("--bandwidth-mbit %g: want 0 (unlimited) or more", c.BandwidthMbit)
+	}
+	if c.DNSUpstream != "" {
+		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {
+			return fmt.Errorf("--dns-upstream %q: want ip:port, e.g. 192.0.2.53:53: %w", c.DNSUpstream, err)
+		}
 	}
 	if !filepath.IsAbs(c.DataDir) {
 		return fmt.Errorf("--data-dir %q must be an absolute path", c.DataDir)

@@ -38,6 +38,7 @@ type Server struct {
 	templates *template.Builder
 	manager   *sandbox.Manager
 	router    *router.Router
+	net       *sandboxNetwork
 	handler   http.Handler
 	ready     atomic.Bool
 	apiKey    string // printed for the user; "" when none is known in plain text
@@ -66,19 +67,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates = &template.Builder{DataDir: cfg.DataDir, Mirror: cfg.Mirror, Log: log.With("component", "template"), Progress: progress}
-	pool, err := network.NewPool(network.DefaultPoolPrefix)
-	if err != nil {
-		return nil, fmt.Errorf("setting up the address pool: %w", err)
-	}
-	fw, err := network.NewFirewall(network.FirewallConfig{})
-	if err != nil {
-		return nil, fmt.Errorf("setting up the firewall: %w", err)
+	if s.net, err = newSandboxNetwork(cfg, log); err != nil {
+		return nil, err
 	}
 	backend, err := jail.New(jail.Config{
 		StateDir: filepath.Join(cfg.DataDir, "sandboxes"),
 		Log:      log.With("component", "jail"),
-		Pool:     pool,
-		Firewall: fw,
+		Pool:     s.net.pool,
+		Firewall: s.net.firewall,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the jail backend: %w", err)
@@ -93,6 +89,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Templates: s.templates,
 		EnvdPath:  cfg.EnvdPath,
 		Log:       log.With("component", "sandbox"),
+		Network:   s.net.gateway,
+		MaxBandwidth: network.Bandwidth{
+			Down: uint64(cfg.BandwidthMbit * 1e6),
+			Up:   uint64(cfg.BandwidthMbit * 1e6),
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
@@ -171,6 +172,10 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
+	defer s.net.gateway.Close()
+	dropsCtx, stopDrops := context.WithCancel(ctx)
+	defer stopDrops()
+	go s.net.recordDrops(dropsCtx, s.log)
 
 	if err := s.prepare(ctx); err != nil {
 		hs.Close()

@@ -95,6 +95,11 @@ func setupSandbox(cfg *initConfig) (int, *os.File, error) {
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
 		return 0, nil, fmt.Errorf("setting hostname: %w", err)
 	}
+	if cfg.Nameserver != "" {
+		if err := writeResolvConf(cfg.Nameserver); err != nil {
+			return 0, nil, err
+		}
+	}
 	// Non-dumpable: nothing in the sandbox may open /proc/1/{exe,fd,root,mem}
 	// (that takes CAP_SYS_PTRACE, which the bounding set does not keep).
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
@@ -161,4 +166,20 @@ func reap(envdPid int) error {
 		}
 		return fmt.Errorf("init: envd ended: %v", ws)
 	}
+}
+
+// writeResolvConf points the sandbox's resolver at the host's DNS filter on
+// its gateway. It replaces whatever the template has there (a symlink into
+// /run, say; resolved inside the new root, so it cannot point at the host).
+// The file is only a convenience: the host redirects every DNS packet from
+// the sandbox to the filter, whatever address it was sent to.
+func writeResolvConf(nameserver string) error {
+	if err := os.Remove("/etc/resolv.conf"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("replacing /etc/resolv.conf: %w", err)
+	}
+	content := "nameserver " + nameserver + "\noptions edns0 trust-ad\n"
+	if err := os.WriteFile("/etc/resolv.conf", []byte(content), 0o644); err != nil {
+		return fmt.Errorf("writing /etc/resolv.conf: %w", err)
+	}
+	return nil
 }

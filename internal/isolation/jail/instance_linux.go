@@ -49,6 +49,14 @@ func (inst *Instance) State() json.RawMessage {
 	return b
 }
 
+// Link implements isolation.Instance.
+func (inst *Instance) Link() isolation.Link {
+	if !inst.state.Gateway.IsValid() {
+		return isolation.Link{}
+	}
+	return isolation.Link{HostIf: network.VethName(inst.id), Gateway: inst.state.Gateway, Address: inst.state.Address}
+}
+
 // Dial implements isolation.Instance: it connects to 127.0.0.1:port from
 // inside the sandbox's network namespace.
 func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {

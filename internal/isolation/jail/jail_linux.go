@@ -195,6 +195,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		Hostname:   hostname,
 		NoNewPrivs: b.cfg.NoNewPrivs,
 	}
+	if addrs.Gateway.IsValid() {
+		icfg.Nameserver = addrs.Gateway.String()
+	}
 	if cg.Mode() == cgroup.V2 {
 		// Born in the group, with the cgroup namespace rooted there.
 		fd, err := cg.OpenDir()

@@ -1,9 +1,7 @@
 package jail
 
 import (
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -34,14 +32,7 @@ func testRootfs(t testing.TB) string {
 
 func testEnvd(t testing.TB) string {
 	t.Helper()
-	envdOnce.Do(func() {
-		envdBin = filepath.Join(scratch, "envd")
-		cmd := exec.Command("go", "build", "-o", envdBin, "github.com/agent-sandbox/agent-sandbox/cmd/envd")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			envdErr = fmt.Errorf("building envd: %v: %s", err, out)
-		}
-	})
+	envdOnce.Do(func() { envdBin, envdErr = jailtest.BuildEnvd(scratch) })
 	if envdErr != nil {
 		t.Fatal(envdErr)
 	}

@@ -30,6 +30,7 @@ type initConfig struct {
 	EnvdPath      string   `json:"envd_path"`
 	EnvdArgs      []string `json:"envd_args"`
 	Hostname      string   `json:"hostname"`
+	Nameserver    string   `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
 	NoNewPrivs    bool     `json:"no_new_privs"`
 	UnshareCgroup bool     `json:"unshare_cgroup"` // cgroup v1: after cgroup.Add
 }

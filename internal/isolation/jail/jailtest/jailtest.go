@@ -152,3 +152,15 @@ func copyFile(src, dst string, mode os.FileMode) error {
 	}
 	return os.Chmod(dst, mode) // setuid survives umask
 }
+
+// BuildEnvd builds envd (static, as sandboxes need it) into dir and returns
+// its path.
+func BuildEnvd(dir string) (string, error) {
+	p := filepath.Join(dir, "envd")
+	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/envd")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building envd: %v: %s", err, out)
+	}
+	return p, nil
+}

@@ -1,0 +1,136 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/egress"
+	"github.com/agent-sandbox/agent-sandbox/internal/gateway"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
+)
+
+// dropLogGroup is the NFLOG group the firewall logs its drops to, read back
+// for the sandboxes' audit trails. One process per host can read a group.
+const dropLogGroup = 7319
+
+// sandboxNetwork is the host side of sandbox networking.
+type sandboxNetwork struct {
+	pool     *network.Pool
+	firewall *network.Firewall
+	gateway  *gateway.Gateway
+}
+
+// newSandboxNetwork builds the address pool, the firewall and the egress
+// gateway from cfg. Nothing is installed until the backend prepares the
+// network.
+func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
+	pool, err := network.NewPool(network.DefaultPoolPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("setting up the address pool: %w", err)
+	}
+	ceiling, err := loadCeiling(cfg.EgressPolicy)
+	if err != nil {
+		return nil, err
+	}
+	// An allowed name must not resolve to the host itself or to a sandbox:
+	// the proxy dials from the host, where those are reachable.
+	reserved, err := network.HostPrefixes()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range append(reserved, pool.Prefix()) {
+		ceiling.ReservedCIDRs = append(ceiling.ReservedCIDRs, p.String())
+	}
+	upstream := cfg.DNSUpstream
+	if upstream == "" {
+		if upstream, err = systemResolver("/etc/resolv.conf"); err != nil {
+			return nil, fmt.Errorf("finding a DNS resolver for sandboxes (set --dns-upstream): %w", err)
+		}
+	}
+	fw, err := network.NewFirewall(network.FirewallConfig{
+		Redirects: gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
+		LogGroup:  dropLogGroup,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the firewall: %w", err)
+	}
+	gw, err := gateway.New(gateway.Config{
+		Ceiling:   ceiling,
+		Upstream:  &egress.NetUpstream{Addr: upstream},
+		Firewall:  fw,
+		DNSPort:   gateway.DefaultDNSPort,
+		ProxyPort: gateway.DefaultProxyPort,
+		Log:       log.With("component", "gateway"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the egress gateway: %w", err)
+	}
+	return &sandboxNetwork{pool: pool, firewall: fw, gateway: gw}, nil
+}
+
+// loadCeiling reads the operator's egress policy, a JSON egress.Ceiling;
+// "" gives the default (package registries only).
+func loadCeiling(path string) (egress.Ceiling, error) {
+	if path == "" {
+		return egress.DefaultCeiling(), nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return egress.Ceiling{}, fmt.Errorf("reading --egress-policy: %w", err)
+	}
+	var c egress.Ceiling
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return egress.Ceiling{}, fmt.Errorf("--egress-policy %s: %w", path, err)
+	}
+	if err := c.Validate(); err != nil {
+		return egress.Ceiling{}, fmt.Errorf("--egress-policy %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// systemResolver returns the first nameserver of a resolv.conf as
+// host:port.
+func systemResolver(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && fields[0] == "nameserver" {
+			if ip, err := netip.ParseAddr(fields[1]); err == nil {
+				return netip.AddrPortFrom(ip.WithZone(""), 53).String(), nil
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return "", err
+	}
+	return "", errors.New(path + " names no nameserver")
+}
+
+// recordDrops feeds the firewall's drop log into the sandboxes' audit
+// trails until ctx ends. Without it sandboxes are just as isolated; only
+// the audit lacks the dropped packets, so a failure is a warning.
+func (n *sandboxNetwork) recordDrops(ctx context.Context, log *slog.Logger) {
+	dl, err := network.OpenDropLog(dropLogGroup)
+	if err != nil {
+		log.Warn("the egress audit will not show packets the firewall drops", "err", err)
+		return
+	}
+	defer dl.Close()
+	if err := n.gateway.RecordDrops(ctx, dl); err != nil {
+		log.Warn("reading the firewall's drop log stopped; the egress audit no longer shows dropped packets", "err", err)
+	}
+}

@@ -1,0 +1,225 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
+)
+
+// caFile is where the test Internet's CA lands in the sandbox's rootfs.
+const caFile = "/etc/test-ca.pem"
+
+// probeTimeout bounds each network attempt inside a sandbox: a dropped
+// packet shows as a timeout.
+const probeTimeout = 2 * time.Second
+
+// probeMain is what /usr/bin/probe (this test binary, copied into the
+// sandbox's rootfs) runs. It prints one line: "ok …", or "fail …" with the
+// error; the test reads those.
+func probeMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Println("fail usage: probe CMD ARGS")
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := probe(ctx, args[0], args[1:])
+	if err != nil {
+		fmt.Println("fail", err)
+		return 1
+	}
+	fmt.Println("ok", out)
+	return 0
+}
+
+func probe(ctx context.Context, cmd string, args []string) (string, error) {
+	switch cmd {
+	case "dns": // NAME: the system resolver, i.e. /etc/resolv.conf
+		r := &net.Resolver{PreferGo: true}
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		addrs, err := r.LookupHost(ctx, args[0])
+		slices.Sort(addrs)
+		return strings.Join(addrs, ","), err
+	case "dnsat": // SERVER NAME: ask a given server, over UDP
+		r := &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "udp", args[0])
+		}}
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		addrs, err := r.LookupHost(ctx, args[1])
+		return strings.Join(addrs, ","), err
+	case "get": // URL [ADDR]: GET, connecting to ADDR instead of resolving
+		body, err := get(ctx, args[0], optional(args, 1), probeTimeout)
+		return strings.TrimSpace(string(body)), err
+	case "tcp": // ADDR: connect and echo
+		return "", echo(ctx, "tcp", args[0])
+	case "udp": // ADDR: send and wait for the echo
+		return "", echo(ctx, "udp", args[0])
+	case "ping": // IP: one ICMP echo over a raw socket (CAP_NET_RAW)
+		return "", ping(args[0])
+	case "connect-times": // N URL: GET N times on fresh connections; prints ms each
+		n, _ := strconv.Atoi(args[0])
+		var ms []string
+		for range n {
+			t0 := time.Now()
+			if _, err := get(ctx, args[1], "", probeTimeout); err != nil {
+				return "", err
+			}
+			ms = append(ms, strconv.FormatFloat(float64(time.Since(t0).Microseconds())/1000, 'f', 3, 64))
+		}
+		return strings.Join(ms, " "), nil
+	case "download": // URL: GET a body, counting it; prints bytes and seconds
+		t0 := time.Now()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := client("", 50*time.Second).Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		return fmt.Sprintf("%d %.3f", n, time.Since(t0).Seconds()), err
+	case "upload": // URL BYTES: POST a body; prints bytes and seconds
+		n, _ := strconv.ParseInt(args[1], 10, 64)
+		t0 := time.Now()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, args[0], io.LimitReader(zeros{}, n))
+		if err != nil {
+			return "", err
+		}
+		req.ContentLength = n
+		resp, err := client("", 50*time.Second).Do(req)
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		got, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%s %.3f", strings.TrimSpace(string(got)), time.Since(t0).Seconds()), nil
+	}
+	return "", fmt.Errorf("unknown probe %q", cmd)
+}
+
+func optional(args []string, i int) string {
+	if len(args) > i {
+		return args[i]
+	}
+	return ""
+}
+
+// get fetches url, trusting the test CA; with addr, it connects there
+// instead of resolving the URL's host (curl --resolve).
+func get(ctx context.Context, url, addr string, timeout time.Duration) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client(addr, timeout).Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	}
+	return body, nil
+}
+
+func client(addr string, timeout time.Duration) *http.Client {
+	pool := x509.NewCertPool()
+	if pem, err := os.ReadFile(caFile); err == nil {
+		pool.AppendCertsFromPEM(pem)
+	}
+	dialer := &net.Dialer{Timeout: probeTimeout}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{RootCAs: pool},
+		DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+			if addr != "" {
+				_, port, _ := net.SplitHostPort(a)
+				a = net.JoinHostPort(addr, port)
+			}
+			return dialer.DialContext(ctx, network, a)
+		},
+	}}
+}
+
+func echo(ctx context.Context, network, addr string) error {
+	d := net.Dialer{Timeout: probeTimeout}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(probeTimeout))
+	if _, err := c.Write([]byte("ping")); err != nil {
+		return err
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil {
+		return err
+	}
+	if string(buf) != "ping" {
+		return fmt.Errorf("echo answered %q", buf)
+	}
+	return nil
+}
+
+func ping(ip string) error {
+	c, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: os.Getpid() & 0xffff, Seq: 1, Data: []byte("probe")}}
+	b, err := msg.Marshal(nil)
+	if err != nil {
+		return err
+	}
+	dst := &net.IPAddr{IP: net.ParseIP(ip)}
+	if _, err := c.WriteTo(b, dst); err != nil {
+		return err
+	}
+	c.SetReadDeadline(time.Now().Add(probeTimeout))
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := c.ReadFrom(buf)
+		if err != nil {
+			return err
+		}
+		m, err := icmp.ParseMessage(1, buf[:n])
+		if err == nil && m.Type == ipv4.ICMPTypeEchoReply && from.String() == ip {
+			return nil
+		}
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			continue
+		}
+	}
+}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}

@@ -1,0 +1,157 @@
+package egress
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/egress"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
+
+// TestEgress is the network issue's acceptance table: real jail sandboxes
+// behind the host firewall, DNS filter and proxy, against a test Internet.
+func TestEgress(t *testing.T) {
+	h := newHarness(t)
+
+	// Default policy: the operator's allowlist, no rules of the sandbox's own.
+	def := h.create("", nil)
+	neighbour := h.create("", nil)
+	t.Run("default policy", func(t *testing.T) {
+		h.t = t
+		if got := h.probe(neighbour, "dns", "allowed.test"); !strings.HasPrefix(got, "ok") {
+			t.Fatalf("the neighbour cannot resolve an allowed name: %s", got)
+		}
+		h.check(def, []expect{
+			{name: "allowed name resolves", args: []string{"dns", "allowed.test"}, want: "ok " + allowedIP.String(),
+				audit: dnsEvent("allowed.test", true)},
+			{name: "allowed name over HTTP", args: []string{"get", "http://allowed.test/"}, want: "ok site=allowed.test",
+				audit: proxyEvent("allowed.test", allowedIP, true)},
+			{name: "allowed name over HTTPS", args: []string{"get", "https://allowed.test/"}, want: "ok site=allowed.test",
+				audit: func(e egress.Event) bool { return proxyEvent("allowed.test", allowedIP, true)(e) && e.Port == 443 }},
+			{name: "name not on the list fails at DNS", args: []string{"dns", "other.test"}, want: "fail",
+				audit: dnsEvent("other.test", false)},
+			{name: "its address over HTTP (Host other.test)", args: []string{"get", "http://other.test/", otherIP.String()},
+				want: "fail status 403", audit: proxyEvent("other.test", netip.Addr{}, false)},
+			{name: "its address over HTTPS (SNI other.test)", args: []string{"get", "https://other.test/", otherIP.String()},
+				want: "fail", audit: func(e egress.Event) bool { return proxyEvent("other.test", netip.Addr{}, false)(e) && e.Port == 443 }},
+			{name: "its address by IP over HTTP", args: []string{"get", "http://" + otherIP.String() + "/"},
+				want: "fail status 403", audit: func(e egress.Event) bool {
+					return e.Kind == egress.EventProxy && !e.Allowed && slices.Contains(e.Addrs, otherIP)
+				}},
+			{name: "its address by IP, another port", args: []string{"tcp", ap(otherIP, 7)}, want: "fail",
+				audit: dropEvent("tcp", otherIP, "default")},
+			{name: "wildcard matches a subdomain", args: []string{"get", "http://a.wild.test/"}, want: "ok site=a.wild.test",
+				audit: dnsEvent("a.wild.test", true)},
+			{name: "wildcard does not match the bare domain", args: []string{"dns", "wild.test"}, want: "fail",
+				audit: dnsEvent("wild.test", false)},
+			{name: "allowed name resolving to a private address", args: []string{"dns", "rebind.test"}, want: "fail",
+				audit: answerRemoved("rebind.test", privateIP)},
+			{name: "... and through the proxy", args: []string{"get", "http://rebind.test/", allowedIP.String()}, want: "fail status 403",
+				audit: proxyEvent("rebind.test", netip.Addr{}, false)},
+			{name: "allowed name resolving to a host address", args: []string{"dns", "hostaddr.test"}, want: "fail",
+				audit: answerRemoved("hostaddr.test", hostEnd)},
+			{name: "UDP out", args: []string{"udp", ap(allowedIP, 7)}, want: "fail",
+				audit: dropEvent("udp", allowedIP, "default")},
+			{name: "DNS to another server is answered by the filter", args: []string{"dnsat", ap(allowedIP, 53), "other.test"},
+				want: "fail"},
+			{name: "ICMP out", args: []string{"ping", allowedIP.String()}, want: "fail",
+				audit: dropEvent("icmp", allowedIP, "default")},
+			{name: "the host's API port", args: []string{"tcp", hostEnd.String() + ":" + h.hostPort}, want: "fail",
+				audit: dropEvent("tcp", hostEnd, "host")},
+			{name: "the host's API port on the gateway", args: []string{"tcp", gatewayOf(h, def) + ":" + h.hostPort}, want: "fail",
+				audit: func(e egress.Event) bool { return e.Kind == egress.EventFirewall && e.Rule == "firewall:host" }},
+			{name: "another sandbox", args: []string{"tcp", addressOf(h, neighbour) + ":" + strconv.Itoa(sandbox.EnvdPort)}, want: "fail",
+				audit: func(e egress.Event) bool { return e.Kind == egress.EventFirewall && e.Rule == "firewall:sandbox" }},
+			{name: "the metadata address", args: []string{"tcp", ap(metadata, 8080)}, want: "fail",
+				audit: dropEvent("tcp", metadata, "blocked")},
+			{name: "the metadata address over HTTP", args: []string{"get", "http://169.254.169.254/"}, want: "fail status 403",
+				audit: func(e egress.Event) bool {
+					return e.Kind == egress.EventProxy && !e.Allowed && slices.Contains(e.Addrs, metadata)
+				}},
+		})
+		if q := h.in.Queries(); slices.Contains(q, "other.test") || slices.Contains(q, "wild.test") {
+			t.Errorf("denied names reached the upstream DNS: %v", q)
+		}
+	})
+
+	t.Run("per-sandbox rules", func(t *testing.T) {
+		h.t = t
+		sb := h.create(`{"allowOut":["extra.test","*.wild.test","198.18.2.0/24"],"denyOut":["a.wild.test"]}`, nil)
+		h.check(sb, []expect{
+			{name: "allowOut widens to a domain", args: []string{"get", "https://extra.test/"}, want: "ok site=extra.test",
+				audit: proxyEvent("extra.test", extraIP, true)},
+			{name: "denyOut beats allowOut", args: []string{"dns", "a.wild.test"}, want: "fail",
+				audit: func(e egress.Event) bool { return dnsEvent("a.wild.test", false)(e) && e.Rule == "denyOut:a.wild.test" }},
+			{name: "... through the proxy too", args: []string{"get", "http://a.wild.test/", wildAIP.String()}, want: "fail status 403",
+				audit: proxyEvent("a.wild.test", netip.Addr{}, false)},
+			{name: "the rest of the wildcard", args: []string{"get", "http://b.wild.test/"}, want: "ok site=b.wild.test"},
+			{name: "a CIDR rule opens other ports", args: []string{"tcp", ap(directIP, 7)}, want: "ok"},
+			{name: "... and UDP", args: []string{"udp", ap(directIP, 7)}, want: "ok"},
+			{name: "outside the CIDR stays closed", args: []string{"tcp", ap(otherIP, 7)}, want: "fail",
+				audit: dropEvent("tcp", otherIP, "default")},
+		})
+	})
+
+	t.Run("allow_internet_access false", func(t *testing.T) {
+		h.t = t
+		off := false
+		sb := h.create("", &off)
+		h.check(sb, []expect{
+			{name: "allowlisted name fails at DNS", args: []string{"dns", "allowed.test"}, want: "fail",
+				audit: func(e egress.Event) bool {
+					return dnsEvent("allowed.test", false)(e) && e.Rule == egress.RuleInternetOff
+				}},
+			{name: "and through the proxy", args: []string{"get", "http://allowed.test/", allowedIP.String()}, want: "fail status 403",
+				audit: proxyEvent("allowed.test", netip.Addr{}, false)},
+			{name: "and by address", args: []string{"tcp", ap(allowedIP, 7)}, want: "fail",
+				audit: dropEvent("tcp", allowedIP, "default")},
+		})
+	})
+
+	t.Run("live PUT network", func(t *testing.T) {
+		h.t = t
+		ctx := context.Background()
+		sb := h.create("", nil)
+		h.check(sb, []expect{{name: "before", args: []string{"get", "http://allowed.test/"}, want: "ok site=allowed.test"}})
+		if err := h.m.UpdateNetwork(ctx, sb.ID, sandbox.NetworkUpdate{DenyOut: []string{"allowed.test"}, AllowOut: []string{"198.18.2.0/24"}}); err != nil {
+			t.Fatal(err)
+		}
+		h.check(sb, []expect{
+			{name: "denied after the update", args: []string{"dns", "allowed.test"}, want: "fail",
+				audit: func(e egress.Event) bool {
+					return dnsEvent("allowed.test", false)(e) && e.Rule == "denyOut:allowed.test"
+				}},
+			{name: "proxy too", args: []string{"get", "http://allowed.test/", allowedIP.String()}, want: "fail status 403"},
+			{name: "new CIDR rule", args: []string{"tcp", ap(directIP, 7)}, want: "ok"},
+		})
+		if err := h.m.UpdateNetwork(ctx, sb.ID, sandbox.NetworkUpdate{}); err != nil {
+			t.Fatal(err)
+		}
+		h.check(sb, []expect{
+			{name: "allowed again after clearing", args: []string{"get", "http://allowed.test/"}, want: "ok site=allowed.test"},
+			{name: "CIDR rule gone", args: []string{"tcp", ap(directIP, 7)}, want: "fail"},
+		})
+	})
+
+	t.Run("bandwidth", func(t *testing.T) { h.t = t; testBandwidth(t, h) })
+	t.Run("figures", func(t *testing.T) { h.t = t; testFigures(t, h) })
+}
+
+// gatewayOf and addressOf are a sandbox's link addresses, from the jail's
+// state in its record.
+func gatewayOf(h *harness, sb store.Sandbox) string { return h.link(sb).Gateway.String() }
+func addressOf(h *harness, sb store.Sandbox) string { return h.link(sb).Address.String() }
+
+func (h *harness) link(sb store.Sandbox) (l struct{ Gateway, Address netip.Addr }) {
+	h.t.Helper()
+	if err := json.Unmarshal(sb.BackendState, &l); err != nil || !l.Gateway.IsValid() {
+		h.t.Fatalf("reading the link of sandbox %s from %s: %v", sb.ID, sb.BackendState, err)
+	}
+	return l
+}
