@@ -28,7 +28,7 @@ type command struct {
 
 // commands is every grouped subcommand, in the order help lists them.
 var commands = []*command{
-	sandboxListCommand, sandboxKillCommand, sandboxExecCommand, sandboxShellCommand, sandboxAuditCommand,
+	sandboxListCommand, sandboxKillCommand, sandboxExecCommand, sandboxShellCommand, sandboxAuditCommand, sandboxNetworkCommand,
 	keysCreateCommand, keysListCommand, keysRevokeCommand,
 }
 
@@ -180,5 +180,21 @@ func (p pairs) Set(v string) error {
 		return fmt.Errorf("%q is not KEY=VALUE", v)
 	}
 	p[k] = val
+	return nil
+}
+
+// list is a repeatable flag whose values may also be comma-separated.
+type list []string
+
+// String implements flag.Value.
+func (l *list) String() string { return strings.Join(*l, ",") }
+
+// Set implements flag.Value.
+func (l *list) Set(v string) error {
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
 	return nil
 }

@@ -53,6 +53,8 @@ type fakeServer struct {
 	mu        sync.Mutex
 	sandboxes []map[string]any // wire objects, newest first
 	queries   []string         // raw queries of list calls
+	// networkBodies are the bodies of PUT /sandboxes/{id}/network.
+	networkBodies []string
 }
 
 func newFakeServer(t *testing.T) (*fakeServer, *httptest.Server) {
@@ -149,6 +151,37 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sb := f.sandboxes[i]
 		writeJSON(w, 200, map[string]any{"sandboxID": id, "templateID": sb["templateID"], "clientID": "6532622b",
 			"envdVersion": "0.6.4", "envdAccessToken": testToken, "domain": "localhost:3000"})
+	case r.Method == "PUT" && strings.HasPrefix(r.URL.Path, "/sandboxes/") && strings.HasSuffix(r.URL.Path, "/network"):
+		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/sandboxes/"), "/network")
+		if f.find(id) < 0 {
+			notFound(id)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		f.networkBodies = append(f.networkBodies, string(body))
+		w.WriteHeader(204)
+	case r.Method == "GET" && strings.HasPrefix(r.URL.Path, "/sandboxes/") && strings.HasSuffix(r.URL.Path, "/network/audit"):
+		id := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, "/sandboxes/"), "/network/audit")
+		if f.find(id) < 0 {
+			notFound(id)
+			return
+		}
+		// Two decisions, served one per page to exercise the CLI's paging.
+		at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+		events := []map[string]any{
+			{"seq": 1, "time": at, "kind": "dns", "name": "pypi.org", "type": "A", "addrs": []string{"198.18.0.10"},
+				"allowed": true, "rule": "ceiling:pypi.org"},
+			{"seq": 2, "time": at.Add(time.Second), "kind": "firewall", "proto": "udp", "addrs": []string{"198.18.0.20"},
+				"port": 9999, "allowed": false, "rule": "firewall:default"},
+		}
+		after := 0
+		fmt.Sscan(r.URL.Query().Get("after"), &after)
+		page := []map[string]any{}
+		if after < len(events) {
+			page = events[after : after+1]
+			after++
+		}
+		writeJSON(w, 200, map[string]any{"events": page, "next": after})
 	default:
 		writeJSON(w, 404, map[string]any{"code": 404, "message": "no route " + r.URL.Path})
 	}

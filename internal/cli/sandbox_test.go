@@ -157,3 +157,55 @@ func TestShell(t *testing.T) {
 		t.Errorf("output = %q", out.String())
 	}
 }
+
+func TestSandboxAudit(t *testing.T) {
+	setup(t)
+	res := runCLI(t, "", "sandbox", "audit", "sb1")
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	want := `TIME          KIND          VERDICT  NAME      ADDRESS      PORT  RULE
+03:04:05.000  dns/A         allowed  pypi.org  198.18.0.10  -     ceiling:pypi.org
+03:04:06.000  firewall/udp  denied   -         198.18.0.20  9999  firewall:default
+`
+	if res.stdout != want {
+		t.Errorf("sandbox audit:\n%s\nwant:\n%s", res.stdout, want)
+	}
+	res = runCLI(t, "", "sandbox", "audit", "--denied", "--json", "sb1")
+	var ev client.EgressEvent
+	if res.err != nil || json.Unmarshal([]byte(res.stdout), &ev) != nil || ev.Seq != 2 || ev.Proto != "udp" || ev.Allowed {
+		t.Errorf("audit --denied --json: %v, %q", res.err, res.stdout)
+	}
+	res = runCLI(t, "", "sandbox", "audit", "nope")
+	if res.err == nil || !strings.Contains(res.err.Error(), `sandbox "nope" not found`) {
+		t.Errorf("unknown sandbox: %v", res.err)
+	}
+	if res := runCLI(t, "", "sandbox", "audit"); res.err == nil {
+		t.Error("audit without an ID succeeded")
+	}
+}
+
+func TestSandboxNetwork(t *testing.T) {
+	f := setup(t)
+	res := runCLI(t, "", "sandbox", "network", "--allow-out", "pypi.org,1.2.3.0/24", "--deny-out", "*.evil.test", "--no-internet", "sb1")
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	res = runCLI(t, "", "sandbox", "network", "sb1")
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	want := []string{
+		`{"allowOut":["pypi.org","1.2.3.0/24"],"denyOut":["*.evil.test"],"allow_internet_access":false}`,
+		"{}",
+	}
+	f.mu.Lock()
+	got := f.networkBodies
+	f.mu.Unlock()
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("PUT bodies %q, want %q", got, want)
+	}
+	if res := runCLI(t, "", "sandbox", "network", "nope"); res.err == nil {
+		t.Error("updating an unknown sandbox succeeded")
+	}
+}
