@@ -40,15 +40,15 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if req.Network != nil && !json.Valid(req.Network) {
 		return store.Sandbox{}, invalid("network config is not valid JSON")
 	}
-	if _, err := m.parseEgress(req.Network, req.AllowInternetAccess); err != nil {
-		return store.Sandbox{}, err
-	}
 	tmpl, err := m.cfg.Templates.Lookup(req.Template)
 	if errors.Is(err, template.ErrNotFound) {
 		return store.Sandbox{}, invalid("template '%s' not found", req.Template)
 	}
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("looking up template %q: %w", req.Template, err)
+	}
+	if _, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl); err != nil {
+		return store.Sandbox{}, err
 	}
 
 	now := m.cfg.Now()
@@ -124,7 +124,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return fail(inst, "recording backend state", err)
 	}
 	// Before envd runs anything: a start command may resolve names at once.
-	if err := m.attachNetwork(ctx, rec, inst); err != nil {
+	if err := m.attachNetwork(ctx, rec, inst, tmpl); err != nil {
 		return fail(inst, "attaching the network gateway", err)
 	}
 

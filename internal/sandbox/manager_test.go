@@ -22,12 +22,17 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// fakeTemplates is a Templates over a map by name.
+// fakeTemplates is a Templates over a map by name; IDs work too.
 type fakeTemplates map[string]*template.Template
 
 func (f fakeTemplates) Lookup(ref string) (*template.Template, error) {
 	if t, ok := f[ref]; ok {
 		return t, nil
+	}
+	for _, t := range f {
+		if t.ID == ref {
+			return t, nil
+		}
 	}
 	return nil, fmt.Errorf("template %q: %w", ref, template.ErrNotFound)
 }

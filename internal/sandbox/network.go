@@ -11,6 +11,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
 // Network enforces sandboxes' egress policies on the host (gateway.Gateway).
@@ -50,8 +51,9 @@ var unsupportedNetworkFields = map[string]string{
 	"egressProxy": "network.egressProxy (a SOCKS5 egress proxy) is not supported by this server",
 }
 
-// parseEgress reads and checks the egress side of a network config.
-func (m *Manager) parseEgress(raw json.RawMessage, allowInternet *bool) (egressConfig, error) {
+// parseEgress reads and checks the egress side of a network config for a
+// sandbox of tmpl (nil: unknown), whose bandwidth is the default.
+func (m *Manager) parseEgress(raw json.RawMessage, allowInternet *bool, tmpl *template.Template) (egressConfig, error) {
 	rules, err := egress.ParseRules(raw, allowInternet)
 	if err != nil {
 		return egressConfig{}, invalid("%v", err)
@@ -73,25 +75,35 @@ func (m *Manager) parseEgress(raw json.RawMessage, allowInternet *bool) (egressC
 			return egressConfig{}, invalid("%s", msg)
 		}
 	}
-	bw := m.cfg.MaxBandwidth
-	if n.Bandwidth != nil {
-		var err error
-		if bw.Down, err = m.bandwidth("downMbit", n.Bandwidth.DownMbit, bw.Down); err != nil {
-			return egressConfig{}, err
-		}
-		if bw.Up, err = m.bandwidth("upMbit", n.Bandwidth.UpMbit, bw.Up); err != nil {
-			return egressConfig{}, err
-		}
+	// The server's limit, lowered by the template's default, lowered or
+	// kept by the request.
+	max := m.cfg.MaxBandwidth
+	def := max
+	if tmpl != nil && tmpl.Spec.BandwidthMbit > 0 {
+		t := uint64(tmpl.Spec.BandwidthMbit * 1e6)
+		def = network.Bandwidth{Down: lower(max.Down, t), Up: lower(max.Up, t)}
 	}
-	return egressConfig{rules: rules, bw: bw}, nil
+	var req bandwidthField
+	if n.Bandwidth != nil {
+		req = *n.Bandwidth
+	}
+	down, err := bandwidth("downMbit", req.DownMbit, def.Down, max.Down)
+	if err != nil {
+		return egressConfig{}, err
+	}
+	up, err := bandwidth("upMbit", req.UpMbit, def.Up, max.Up)
+	if err != nil {
+		return egressConfig{}, err
+	}
+	return egressConfig{rules: rules, bw: network.Bandwidth{Down: down, Up: up}}, nil
 }
 
-// bandwidth turns a requested cap in Mbit/s into bit/s, bounded by max
-// (bit/s, 0 = unlimited).
-func (m *Manager) bandwidth(field string, mbit float64, max uint64) (uint64, error) {
+// bandwidth turns a requested cap in Mbit/s into bit/s: def when 0, at
+// most max (bit/s; 0 means unlimited for both).
+func bandwidth(field string, mbit float64, def, max uint64) (uint64, error) {
 	switch {
 	case mbit == 0:
-		return max, nil
+		return def, nil
 	case mbit < 0.1:
 		return 0, invalid("network.bandwidth.%s must be at least 0.1", field)
 	}
@@ -100,6 +112,14 @@ func (m *Manager) bandwidth(field string, mbit float64, max uint64) (uint64, err
 		return 0, invalid("network.bandwidth.%s cannot be greater than %g (the server's limit)", field, float64(max)/1e6)
 	}
 	return bps, nil
+}
+
+// lower returns the smaller cap, where 0 is unlimited.
+func lower(a, b uint64) uint64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // emptyJSON reports whether v is null, {} or [].
@@ -111,14 +131,19 @@ func emptyJSON(v json.RawMessage) bool {
 	return false
 }
 
-// attachNetwork gives a started sandbox its egress enforcement. It does
-// nothing when the backend gave the sandbox no link.
-func (m *Manager) attachNetwork(ctx context.Context, rec store.Sandbox, inst isolation.Instance) error {
+// attachNetwork gives a started sandbox of tmpl its egress enforcement. It
+// does nothing when the backend gave the sandbox no link. A nil tmpl (an
+// adopted sandbox) is looked up; one removed since is no reason to lose
+// the sandbox: its bandwidth falls back to the server's.
+func (m *Manager) attachNetwork(ctx context.Context, rec store.Sandbox, inst isolation.Instance, tmpl *template.Template) error {
 	link := inst.Link()
 	if m.cfg.Network == nil || !link.Gateway.IsValid() {
 		return nil
 	}
-	ec, err := m.parseEgress(rec.Network, rec.AllowInternetAccess)
+	if tmpl == nil {
+		tmpl, _ = m.cfg.Templates.Lookup(rec.TemplateID)
+	}
+	ec, err := m.parseEgress(rec.Network, rec.AllowInternetAccess, tmpl)
 	if err != nil {
 		return err
 	}

@@ -207,3 +207,37 @@ func TestEgressEventsWithoutNetwork(t *testing.T) {
 		t.Errorf("EgressEvents = %v, want ErrNoAudit", err)
 	}
 }
+
+func TestTemplateBandwidth(t *testing.T) {
+	e, net := newNetworkEnv(t)
+	tmpls := fakeTemplates{}
+	for name, tm := range testTemplates {
+		c := *tm
+		tmpls[name] = &c
+	}
+	tmpls["base"].Spec.BandwidthMbit = 20
+	slow := *tmpls["base"]
+	slow.Name, slow.ID, slow.Spec.BandwidthMbit = "huge", "huge-0123456789ab", 500
+	tmpls["huge"] = &slow
+	e.cfg.Templates = tmpls
+	e.m.Close()
+	e.m = e.start(t)
+
+	for _, tc := range []struct {
+		template, network string
+		want              network.Bandwidth
+	}{
+		{"base", "", network.Bandwidth{Down: 20e6, Up: 20e6}},
+		{"base", `{"bandwidth":{"upMbit":50}}`, network.Bandwidth{Down: 20e6, Up: 50e6}},
+		{"huge", "", network.Bandwidth{Down: 100e6, Up: 100e6}}, // bounded by the server
+	} {
+		req := CreateRequest{Template: tc.template, Timeout: time.Minute}
+		if tc.network != "" {
+			req.Network = []byte(tc.network)
+		}
+		sb := e.create(t, req)
+		if a, _ := net.get(sb.ID); a.bw != tc.want {
+			t.Errorf("template %s, network %s: bandwidth %+v, want %+v", tc.template, tc.network, a.bw, tc.want)
+		}
+	}
+}

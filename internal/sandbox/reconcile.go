@@ -94,7 +94,7 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 		err = inst.Resume(ctx)
 	}
 	if err == nil {
-		if err = m.attachNetwork(ctx, rec, inst); err != nil {
+		if err = m.attachNetwork(ctx, rec, inst, nil); err != nil {
 			err = fmt.Errorf("attaching the network gateway: %w", err)
 		}
 	}

@@ -41,6 +41,10 @@ type Spec struct {
 	Workdir string `json:"workdir"`
 	// Env is the default environment of every process in a sandbox.
 	Env map[string]string `json:"env,omitempty"`
+	// BandwidthMbit caps each of the template's sandboxes each way when
+	// the create request does not (network.bandwidth); 0 leaves the
+	// server's default. The server's limit bounds it either way.
+	BandwidthMbit float64 `json:"bandwidthMbit,omitempty"`
 }
 
 // Step is one declarative post-install step. Exactly one field is set.
@@ -141,6 +145,9 @@ func (s Spec) Validate() error {
 		if !envKeyRE.MatchString(k) {
 			return fmt.Errorf("template %s: env name %q is not valid", s.Name, k)
 		}
+	}
+	if s.BandwidthMbit < 0 {
+		return fmt.Errorf("template %s: bandwidth %g Mbit/s is negative", s.Name, s.BandwidthMbit)
 	}
 	for i, st := range s.Steps {
 		if err := st.validate(); err != nil {
