@@ -154,7 +154,7 @@ func setIngressShaper(link netlink.Link, rate uint64) (err error) {
 	if created {
 		defer func() {
 			if err != nil {
-				err = errors.Join(err, deleteLink(ifb.Attrs().Name))
+				err = errors.Join(err, DeleteLink(ifb.Attrs().Name))
 			}
 		}()
 	}
@@ -212,7 +212,7 @@ func ensureIFB(host string, mtu int) (link netlink.Link, created bool, err error
 		created = true
 		defer func() {
 			if err != nil {
-				err = errors.Join(err, deleteLink(name))
+				err = errors.Join(err, DeleteLink(name))
 			}
 		}()
 		if link, err = netlink.LinkByName(name); err != nil {
@@ -222,7 +222,7 @@ func ensureIFB(host string, mtu int) (link netlink.Link, created bool, err error
 			return nil, false, fmt.Errorf("setting alias of ifb %s: %w", name, err)
 		}
 		// Only redirected packets pass an ifb; it needs no addresses.
-		if err := writeSysctl("ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil {
+		if err := WriteSysctl("ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil {
 			return nil, false, fmt.Errorf("configuring ifb %s: %w", name, err)
 		}
 	default:

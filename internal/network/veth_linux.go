@@ -70,7 +70,7 @@ func (ns *Namespace) AttachVeth(ctx context.Context, cfg VethConfig) (err error)
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("creating veth %s in %s: %w", host, ns.name, err)
 	}
-	undo = append(undo, func() error { return deleteLink(host) })
+	undo = append(undo, func() error { return DeleteLink(host) })
 	link, err := netlink.LinkByName(host)
 	if err != nil {
 		return fmt.Errorf("finding veth %s: %w", host, err)
@@ -86,7 +86,7 @@ func (ns *Namespace) AttachVeth(ctx context.Context, cfg VethConfig) (err error)
 		{"ipv4/conf/" + host + "/rp_filter", "1"},
 		{"ipv4/conf/" + host + "/send_redirects", "0"},
 	} {
-		if err := writeSysctl(s.path, s.val); err != nil {
+		if err := WriteSysctl(s.path, s.val); err != nil {
 			return fmt.Errorf("configuring veth %s: %w", host, err)
 		}
 	}
@@ -107,7 +107,7 @@ func (ns *Namespace) AttachVeth(ctx context.Context, cfg VethConfig) (err error)
 		if err != nil {
 			return fmt.Errorf("finding %s: %w", PeerName, err)
 		}
-		if err := writeSysctl("ipv6/conf/"+PeerName+"/disable_ipv6", "1"); err != nil {
+		if err := WriteSysctl("ipv6/conf/"+PeerName+"/disable_ipv6", "1"); err != nil {
 			return err
 		}
 		if err := netlink.AddrAdd(peer, &netlink.Addr{IPNet: ipNet(cfg.Addrs.Sandbox)}); err != nil {
@@ -139,7 +139,7 @@ func DetachVeth(ctx context.Context, cfg VethConfig) error {
 	if cfg.Firewall != nil {
 		errs = append(errs, cfg.Firewall.RemoveSandbox(context.WithoutCancel(ctx), host))
 	}
-	if err := deleteLink(host); err != nil {
+	if err := DeleteLink(host); err != nil {
 		errs = append(errs, fmt.Errorf("detaching veth: %w", err))
 	}
 	// The upload shaper's ifb is a device of its own: it outlives the veth.
@@ -196,7 +196,9 @@ func checkVethConfig(host string, cfg VethConfig) error {
 	return nil
 }
 
-func deleteLink(name string) error {
+// DeleteLink deletes the link called name; a link that is not there is
+// no error.
+func DeleteLink(name string) error {
 	l, err := netlink.LinkByName(name)
 	if err != nil {
 		if _, ok := err.(netlink.LinkNotFoundError); ok {
@@ -216,7 +218,8 @@ func ipNet(a netip.Addr) *net.IPNet {
 
 // writeSysctl writes val to /proc/sys/net/<path> of the calling thread's
 // network namespace.
-func writeSysctl(path, val string) error {
+// WriteSysctl sets /proc/sys/net/<path> to val.
+func WriteSysctl(path, val string) error {
 	p := filepath.Join("/proc/sys/net", path)
 	if err := os.WriteFile(p, []byte(val), 0o644); err != nil {
 		return fmt.Errorf("setting %s: %w", p, err)

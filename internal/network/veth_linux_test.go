@@ -274,8 +274,8 @@ func TestIsolation(t *testing.T) {
 		// IPv6 is off at both ends. A packet socket sends it anyway, and
 		// the host end takes it in for as long as the test needs.
 		disable := "ipv6/conf/" + host + "/disable_ipv6"
-		must(t, writeSysctl(disable, "0"))
-		defer func() { must(t, writeSysctl(disable, "1")) }()
+		must(t, WriteSysctl(disable, "0"))
+		defer func() { must(t, WriteSysctl(disable, "1")) }()
 		must(t, sendIPv6(a.ns, ipv6UDP(v6Probe.Src, v6Probe.Dst, 40000, v6Probe.DstPort, []byte("probe"))))
 		wg.Wait()
 
@@ -416,7 +416,7 @@ func setupInternet(t *testing.T, inet *Namespace) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := deleteLink(inetLink); err != nil {
+		if err := DeleteLink(inetLink); err != nil {
 			t.Errorf("deleting %s: %v", inetLink, err)
 		}
 	})
@@ -426,7 +426,7 @@ func setupInternet(t *testing.T, inet *Namespace) {
 	}
 	// Replies to the sandboxes are forwarded from this link: per-interface
 	// forwarding, which goes away with the link.
-	if err := writeSysctl("ipv4/conf/"+inetLink+"/forwarding", "1"); err != nil {
+	if err := WriteSysctl("ipv4/conf/"+inetLink+"/forwarding", "1"); err != nil {
 		t.Fatal(err)
 	}
 	must(t, netlink.AddrAdd(host, &netlink.Addr{IPNet: ipNet(inetHost)}))

@@ -84,7 +84,7 @@ func Start(t testing.TB, cfg Config) *Internet {
 	if err := addVeth(ns, name); err != nil {
 		fail("creating the veth", err)
 	}
-	undo(func() error { return deleteLink(name) })
+	undo(func() error { return network.DeleteLink(name) })
 	index, err := setupHostEnd(name, link, host)
 	if err != nil {
 		fail("configuring the host end", err)
@@ -152,13 +152,13 @@ func setupHostEnd(name string, link netip.Prefix, host netip.Addr) (int, error) 
 	// Replies to sandboxes come in here and are forwarded to them; the
 	// per-interface switch goes away with the link, the global one is left
 	// alone.
-	if err := writeSysctl("ipv4/conf/"+name+"/forwarding", "1"); err != nil {
+	if err := network.WriteSysctl("ipv4/conf/"+name+"/forwarding", "1"); err != nil {
 		return 0, err
 	}
 	// The Internet is IPv4 only, as sandboxes are: no link-local address
 	// or route on the host for tests to trip over. A kernel without IPv6
 	// has no switch.
-	if err := writeSysctl("ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := network.WriteSysctl("ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return 0, err
 	}
 	if err := netlink.LinkSetUp(l); err != nil {
@@ -193,28 +193,6 @@ func setupFarEnd(link netip.Prefix, far, host netip.Addr, addrs []netip.Addr) er
 		if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: hostPrefix(a)}); err != nil {
 			return fmt.Errorf("adding %s to lo: %w", a, err)
 		}
-	}
-	return nil
-}
-
-func writeSysctl(path, val string) error {
-	p := "/proc/sys/net/" + path
-	if err := os.WriteFile(p, []byte(val), 0o644); err != nil {
-		return fmt.Errorf("setting %s: %w", p, err)
-	}
-	return nil
-}
-
-func deleteLink(name string) error {
-	l, err := netlink.LinkByName(name)
-	if err != nil {
-		if _, ok := err.(netlink.LinkNotFoundError); ok {
-			return nil
-		}
-		return fmt.Errorf("finding %s: %w", name, err)
-	}
-	if err := netlink.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
-		return fmt.Errorf("deleting %s: %w", name, err)
 	}
 	return nil
 }
