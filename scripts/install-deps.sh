@@ -25,6 +25,17 @@ fi
 
 [ "${1:-}" = "--test" ] || exit 0
 
+# The code interpreter's tests run its Python side on the host's Debian
+# Python: a real ipykernel, and matplotlib and pandas for charts and data.
+test_pkgs=()
+for p in python3-ipykernel python3-matplotlib python3-pandas; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || test_pkgs+=("$p")
+done
+if [ ${#test_pkgs[@]} -gt 0 ]; then
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${test_pkgs[@]}"
+fi
+
 # The SDK suite's node_modules must match its lockfile exactly.
 lock=test/sdk/package-lock.json
 stamp=test/sdk/node_modules/.lock-stamp
