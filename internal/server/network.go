@@ -63,7 +63,7 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	}
 	gw, err := gateway.New(gateway.Config{
 		Ceiling:   ceiling,
-		Upstream:  &egress.NetUpstream{Addr: upstream},
+		Upstream:  &egress.Cache{Upstream: &egress.NetUpstream{Addr: upstream}},
 		Firewall:  fw,
 		DNSPort:   gateway.DefaultDNSPort,
 		ProxyPort: gateway.DefaultProxyPort,

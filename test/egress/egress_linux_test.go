@@ -139,7 +139,7 @@ func newHarness(t *testing.T) *harness {
 		c.ReservedCIDRs = append(c.ReservedCIDRs, p.String())
 	}
 	gw, err := gateway.New(gateway.Config{
-		Ceiling: c, Upstream: &egress.NetUpstream{Addr: in.DNS.String()}, Firewall: fw, Log: log,
+		Ceiling: c, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: in.DNS.String()}}, Firewall: fw, Log: log,
 	})
 	if err != nil {
 		t.Fatal(err)
