@@ -40,11 +40,14 @@ Environment:
 		fs.StringVar(&cfg.EgressPolicy, "egress-policy", "", "JSON `FILE` with the egress ceiling for every sandbox (see docs/NETWORK.md); default: deny all but package registries")
 		fs.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "`IP:PORT` of the resolver for names sandboxes may use; default: first nameserver in /etc/resolv.conf")
 		fs.Float64Var(&cfg.BandwidthMbit, "bandwidth-mbit", cfg.BandwidthMbit, "each sandbox's bandwidth cap each way, in `MBIT`/s: the default and the most a create may ask for; 0 = unlimited")
+		var templates list
+		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated; code-interpreter-v1)")
 		debug := fs.Bool("debug", false, "log at debug level")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) > 0 {
 				return fmt.Errorf("unexpected argument %q", args[0])
 			}
+			cfg.Templates = templates
 			if *apiKey == "" {
 				*apiKey = os.Getenv("AGENT_SANDBOX_API_KEY")
 			}

@@ -48,6 +48,9 @@ type Spec struct {
 	EnvdPath  string // the envd binary on the host, mounted read-only
 	Hostname  string
 	Resources Resources
+	// Tools are further host binaries to mount read-only into the
+	// sandbox: guest path → host path (the code interpreter server).
+	Tools map[string]string
 }
 
 // Resources are the sandbox's quotas. Zero means the backend's default.

@@ -42,6 +42,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	tmpl, err := m.cfg.Templates.Lookup(req.Template)
 	if errors.Is(err, template.ErrNotFound) {
+		if _, builtIn := template.BuiltIn()[req.Template]; builtIn {
+			return store.Sandbox{}, invalid("template '%s' not found: it is built in but not built yet; start the server with --templates %s", req.Template, req.Template)
+		}
 		return store.Sandbox{}, invalid("template '%s' not found", req.Template)
 	}
 	if err != nil {
@@ -111,6 +114,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		RootFS:   tmpl.RootFS,
 		EnvdPath: m.cfg.EnvdPath,
 		Hostname: rec.ID,
+		Tools:    m.cfg.Tools,
 		Resources: isolation.Resources{
 			CPUCount:   rec.CPUCount,
 			MemoryMB:   rec.MemoryMB,
@@ -144,6 +148,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	if err := initEnvd(ctx, inst, body); err != nil {
 		return fail(inst, "initialising envd", err)
+	}
+	if err := startService(ctx, inst, rec, tmpl); err != nil {
+		return fail(inst, "starting the template's service", err)
 	}
 
 	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(sb *store.Sandbox) error {

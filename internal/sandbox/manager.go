@@ -53,7 +53,10 @@ type Config struct {
 	Backend   isolation.Backend
 	Templates Templates
 	EnvdPath  string // host path of the envd binary mounted into sandboxes
-	Log       *slog.Logger
+	// Tools are further host binaries mounted read-only into every
+	// sandbox: guest path → host path.
+	Tools map[string]string
+	Log   *slog.Logger
 	// Network enforces egress policies; nil when sandboxes have no
 	// network beyond loopback.
 	Network Network

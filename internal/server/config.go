@@ -2,11 +2,15 @@ package server
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
 // Config is the whole server configuration. Defaults are in DefaultConfig;
@@ -22,6 +26,12 @@ type Config struct {
 	EnvdPath string
 	// Mirror is the Debian mirror templates are built from ("" = default).
 	Mirror string
+	// Templates are the built-in templates built (if missing) before the
+	// server is ready; base always is.
+	Templates []string
+	// CodeInterpPath is the code interpreter server binary mounted into
+	// sandboxes; "" = "codeinterp" next to envd.
+	CodeInterpPath string
 	// EgressPolicy is a JSON file holding the operator's egress ceiling
 	// (egress.Ceiling); "" = deny all but the package registries.
 	EgressPolicy string
@@ -77,6 +87,18 @@ func (c *Config) Validate() error {
 	}
 	if _, err := os.Stat(c.EnvdPath); err != nil {
 		return fmt.Errorf("envd binary: %w (build it with `make build`, or pass --envd)", err)
+	}
+	if c.CodeInterpPath == "" {
+		c.CodeInterpPath = filepath.Join(filepath.Dir(c.EnvdPath), "codeinterp")
+	}
+	if _, err := os.Stat(c.CodeInterpPath); err != nil {
+		return fmt.Errorf("code interpreter binary: %w (build it with `make build`)", err)
+	}
+	builtIn := template.BuiltIn()
+	for _, name := range c.Templates {
+		if _, ok := builtIn[name]; !ok {
+			return fmt.Errorf("--templates: %q is not a built-in template (%s)", name, strings.Join(slices.Sorted(maps.Keys(builtIn)), ", "))
+		}
 	}
 	return nil
 }

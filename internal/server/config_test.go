@@ -7,9 +7,12 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
-	envd := filepath.Join(t.TempDir(), "envd")
-	if err := os.WriteFile(envd, nil, 0o755); err != nil {
-		t.Fatal(err)
+	bin := t.TempDir()
+	envd := filepath.Join(bin, "envd")
+	for _, name := range []string{"envd", "codeinterp"} {
+		if err := os.WriteFile(filepath.Join(bin, name), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tests := []struct {
 		name       string
@@ -26,6 +29,9 @@ func TestConfigValidate(t *testing.T) {
 		{name: "domain with a path", cfg: Config{Listen: "127.0.0.1:3000", Domain: "x.test/api"}, wantErr: true},
 		{name: "relative data dir", cfg: Config{Listen: "127.0.0.1:3000", DataDir: "data"}, wantErr: true},
 		{name: "missing envd", cfg: Config{Listen: "127.0.0.1:3000", EnvdPath: "/nonexistent/envd"}, wantErr: true},
+		{name: "missing code interpreter", cfg: Config{Listen: "127.0.0.1:3000", CodeInterpPath: "/nonexistent/codeinterp"}, wantErr: true},
+		{name: "built-in templates", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"code-interpreter-v1"}}, wantDomain: "localhost:3000"},
+		{name: "unknown template", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"nope"}}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

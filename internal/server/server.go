@@ -88,6 +88,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Backend:   backend,
 		Templates: s.templates,
 		EnvdPath:  cfg.EnvdPath,
+		Tools:     map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
 		Log:       log.With("component", "sandbox"),
 		Network:   s.net.gateway,
 		MaxBandwidth: network.Bandwidth{
@@ -201,8 +202,11 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 
 // prepare builds the base template if needed and reconciles sandboxes.
 func (s *Server) prepare(ctx context.Context) error {
-	if _, err := s.templates.Ensure(ctx, template.Base()); err != nil {
-		return fmt.Errorf("preparing the base template: %w", err)
+	builtIn := template.BuiltIn()
+	for _, name := range append([]string{template.BaseName}, s.cfg.Templates...) {
+		if _, err := s.templates.Ensure(ctx, builtIn[name]); err != nil {
+			return fmt.Errorf("preparing the %s template: %w", name, err)
+		}
 	}
 	if err := s.manager.Start(ctx); err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)

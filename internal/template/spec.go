@@ -45,6 +45,13 @@ type Spec struct {
 	// the create request does not (network.bandwidth); 0 leaves the
 	// server's default. The server's limit bounds it either way.
 	BandwidthMbit float64 `json:"bandwidthMbit,omitempty"`
+	// StartCmd, when set, runs in every sandbox of the template once envd
+	// is initialised (bash -l -c, as root, in the background): the
+	// template's service, such as the code interpreter server.
+	StartCmd string `json:"startCmd,omitempty"`
+	// ReadyPort, when set, is where that service listens: a create
+	// returns only once something in the sandbox accepts connections there.
+	ReadyPort int `json:"readyPort,omitempty"`
 }
 
 // Step is one declarative post-install step. Exactly one field is set.
@@ -145,6 +152,9 @@ func (s Spec) Validate() error {
 		if !envKeyRE.MatchString(k) {
 			return fmt.Errorf("template %s: env name %q is not valid", s.Name, k)
 		}
+	}
+	if s.ReadyPort < 0 || s.ReadyPort > 65535 || (s.ReadyPort != 0 && s.StartCmd == "") {
+		return fmt.Errorf("template %s: ready port %d: want 1-65535, with a start command", s.Name, s.ReadyPort)
 	}
 	if s.BandwidthMbit < 0 {
 		return fmt.Errorf("template %s: bandwidth %g Mbit/s is negative", s.Name, s.BandwidthMbit)

@@ -95,6 +95,14 @@ func TestValidate(t *testing.T) {
 	if err := testSpec().Validate(); err != nil {
 		t.Fatalf("testSpec: %v", err)
 	}
+	for name, spec := range BuiltIn() {
+		if spec.Name != name {
+			t.Errorf("built-in %s has name %q", name, spec.Name)
+		}
+		if err := spec.Validate(); err != nil {
+			t.Errorf("built-in %s: %v", name, err)
+		}
+	}
 	if err := Base().Validate(); err != nil {
 		t.Fatalf("Base: %v", err)
 	}

@@ -23,7 +23,7 @@ export const DEFAULT_DATA_DIR = '/var/lib/agent-sandbox-sdk-test'
 /** The TLS mode's domain: ≥ 3 labels under it, so Node accepts *.sandbox.test. */
 export const TLS_DOMAIN_NAME = 'sandbox.test'
 
-const HEALTH_TIMEOUT_MS = 10 * 60_000
+const HEALTH_TIMEOUT_MS = 20 * 60_000
 const PROGRESS_EVERY_MS = 20_000
 const STOP_GRACE_MS = 15_000
 const LOG_KEEP = 256 * 1024
@@ -84,8 +84,8 @@ function tlsHealth(port, host, caPath) {
 }
 
 /**
- * Starts `agent-sandbox serve` and waits (up to 10 min: the first start builds
- * the base template) for GET /health → 204, printing progress every ~20 s.
+ * Starts `agent-sandbox serve` and waits (up to 20 min: the first start builds
+ * the base and code-interpreter-v1 templates) for GET /health → 204, printing progress every ~20 s.
  *
  * mode 'header': plain HTTP, SDK env E2B_API_URL=E2B_SANDBOX_URL=http://127.0.0.1:<port>,
  *   E2B_DOMAIN=localhost:<port>.
@@ -103,7 +103,8 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
   const tls = mode === 'tls'
   const domain = tls ? `${TLS_DOMAIN_NAME}:${port}` : `localhost:${port}`
   const caPath = join(dataDir, 'tls', 'ca.pem')
-  const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey]
+  // code-interpreter-v1 too: the code interpreter suite creates its sandboxes.
+  const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey, '--templates', 'code-interpreter-v1']
   if (tls) args.push('--tls', '--domain', domain)
 
   const child = spawnTracked(bin, args, { logKeep: LOG_KEEP, graceMs: STOP_GRACE_MS })

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -91,7 +92,13 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if res.Pids <= 0 {
 		res.Pids = DefaultPids
 	}
-	for _, p := range []string{spec.RootFS, spec.EnvdPath} {
+	paths := []string{spec.RootFS, spec.EnvdPath}
+	var tools []toolMount
+	for _, guest := range slices.Sorted(maps.Keys(spec.Tools)) {
+		tools = append(tools, toolMount{Host: spec.Tools[guest], Guest: guest})
+		paths = append(paths, guest, spec.Tools[guest])
+	}
+	for _, p := range paths {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("starting sandbox %s: %q is not an absolute path", spec.ID, p)
 		}
@@ -191,6 +198,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		DiskDir:    filepath.Join(dir, diskDir),
 		RootDir:    filepath.Join(dir, rootDir),
 		EnvdPath:   spec.EnvdPath,
+		Tools:      tools,
 		EnvdArgs:   []string{"--addr", "0.0.0.0:" + strconv.Itoa(EnvdPort)},
 		Hostname:   hostname,
 		NoNewPrivs: b.cfg.NoNewPrivs,

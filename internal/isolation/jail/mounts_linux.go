@@ -62,12 +62,22 @@ func buildRoot(cfg *initConfig) error {
 		return fmt.Errorf("mounting overlay (%s) at %s: %w", opts, cfg.RootDir, err)
 	}
 	// What must come from the host is taken before the host is out of
-	// sight: envd as a detached bind mount, attached after the pivot.
-	envd, err := unix.OpenTree(unix.AT_FDCWD, cfg.EnvdPath, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("cloning a mount of envd %s: %w", cfg.EnvdPath, err)
+	// sight: envd and the tools as detached bind mounts, attached after the
+	// pivot.
+	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
+	trees := make([]int, 0, len(binaries))
+	defer func() {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+	}()
+	for _, b := range binaries {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, b.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("cloning a mount of %s: %w", b.Host, err)
+		}
+		trees = append(trees, fd)
 	}
-	defer unix.Close(envd)
 
 	// Pivot first, so that every later path is resolved inside the new root
 	// and a symlink in the template cannot point a mount at the host.
@@ -98,20 +108,30 @@ func buildRoot(cfg *initConfig) error {
 	if err := maskPaths(); err != nil {
 		return err
 	}
-	// envd, read-only, over an empty file in the overlay.
-	if err := os.MkdirAll(filepath.Dir(envdGuestPath), 0o755); err != nil {
+	for i, b := range binaries {
+		if err := attachBinary(trees[i], b.Guest); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// attachBinary attaches the detached mount tree read-only at guest, over an
+// empty file made in the overlay.
+func attachBinary(tree int, guest string) error {
+	if err := os.MkdirAll(filepath.Dir(guest), 0o755); err != nil {
 		return err
 	}
-	if f, err := os.OpenFile(envdGuestPath, os.O_CREATE|os.O_RDONLY, 0o755); err != nil {
-		return fmt.Errorf("creating mount point for envd: %w", err)
+	if f, err := os.OpenFile(guest, os.O_CREATE|os.O_RDONLY, 0o755); err != nil {
+		return fmt.Errorf("creating mount point %s: %w", guest, err)
 	} else {
 		f.Close()
 	}
-	if err := unix.MoveMount(envd, "", unix.AT_FDCWD, envdGuestPath, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("mounting envd: %w", err)
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, guest, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mounting %s: %w", guest, err)
 	}
-	if err := unix.Mount("", envdGuestPath, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
-		return fmt.Errorf("making envd read-only: %w", err)
+	if err := unix.Mount("", guest, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return fmt.Errorf("making %s read-only: %w", guest, err)
 	}
 	return nil
 }

@@ -22,17 +22,19 @@ type state struct {
 
 // initConfig is what the host sends the sandbox's init on fd 3.
 type initConfig struct {
-	ID            string   `json:"id"`
-	RootFS        string   `json:"rootfs"`
-	Disk          string   `json:"disk"`     // ext4 image
-	DiskDir       string   `json:"disk_dir"` // where init mounts it (host path, empty dir)
-	RootDir       string   `json:"root_dir"` // where init mounts the overlay
-	EnvdPath      string   `json:"envd_path"`
-	EnvdArgs      []string `json:"envd_args"`
-	Hostname      string   `json:"hostname"`
-	Nameserver    string   `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
-	NoNewPrivs    bool     `json:"no_new_privs"`
-	UnshareCgroup bool     `json:"unshare_cgroup"` // cgroup v1: after cgroup.Add
+	ID       string   `json:"id"`
+	RootFS   string   `json:"rootfs"`
+	Disk     string   `json:"disk"`     // ext4 image
+	DiskDir  string   `json:"disk_dir"` // where init mounts it (host path, empty dir)
+	RootDir  string   `json:"root_dir"` // where init mounts the overlay
+	EnvdPath string   `json:"envd_path"`
+	EnvdArgs []string `json:"envd_args"`
+	// Tools are further host binaries mounted read-only like envd.
+	Tools         []toolMount `json:"tools,omitempty"`
+	Hostname      string      `json:"hostname"`
+	Nameserver    string      `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
+	NoNewPrivs    bool        `json:"no_new_privs"`
+	UnshareCgroup bool        `json:"unshare_cgroup"` // cgroup v1: after cgroup.Add
 }
 
 // initStatus is init's one reply on fd 4.
@@ -47,4 +49,10 @@ func validID(id string) error {
 		return fmt.Errorf("invalid sandbox id %q", id)
 	}
 	return nil
+}
+
+// toolMount is a host binary and where it appears in the sandbox.
+type toolMount struct {
+	Host  string `json:"host"`
+	Guest string `json:"guest"`
 }
