@@ -144,6 +144,20 @@ describe(`code interpreter (${mode} mode)`, { timeout: 600_000 }, () => {
     assert.deepEqual(b.logs.stdout, ['hello from /tmp\n'])
   })
 
+  test('R contexts keep state', async () => {
+    await sbx.runCode('half <- 21', { language: 'r' })
+    const ex = await sbx.runCode('half * 2', { language: 'r' })
+    assert.equal(ex.error, undefined)
+    // IRkernel shows values as display data, not as an execute result.
+    assert.equal(ex.results[0]?.text, '[1] 42', JSON.stringify(ex))
+  })
+
+  test('with allowPublicTraffic: false the SDK sends the traffic token and runCode works', async () => {
+    const priv = await create({ network: { allowPublicTraffic: false } })
+    assert.ok(priv.trafficAccessToken)
+    assert.equal((await priv.runCode('6 * 7')).text, '42')
+  })
+
   test('a long sleep is interrupted when the client times out, and the next call works', async () => {
     await sbx.runCode('slept = "before"')
     const t0 = performance.now()
