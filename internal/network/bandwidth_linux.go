@@ -274,7 +274,7 @@ func deleteIFB(host string) error {
 
 // findQdisc returns link's qdisc of type kind attached at parent, or nil.
 func findQdisc(link netlink.Link, parent uint32, kind string) (netlink.Qdisc, error) {
-	qs, err := netlink.QdiscList(link)
+	qs, err := RetryDump(func() ([]netlink.Qdisc, error) { return netlink.QdiscList(link) })
 	if err != nil {
 		return nil, fmt.Errorf("listing qdiscs of %s: %w", link.Attrs().Name, err)
 	}

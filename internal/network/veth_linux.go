@@ -154,7 +154,7 @@ func DetachVeth(ctx context.Context, cfg VethConfig) error {
 // Pool.Restore after a restart: a surviving sandbox's namespace keeps its
 // veth, and with it its lease.
 func HostVeths() (map[string]VethAddrs, error) {
-	links, err := netlink.LinkList()
+	links, err := RetryDump(netlink.LinkList)
 	if err != nil {
 		return nil, fmt.Errorf("listing links: %w", err)
 	}
@@ -165,7 +165,7 @@ func HostVeths() (map[string]VethAddrs, error) {
 		if !ok || !strings.HasPrefix(a.Name, HostNamePrefix) || l.Type() != "veth" {
 			continue
 		}
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 		if err != nil {
 			return nil, fmt.Errorf("listing addresses of %s: %w", a.Name, err)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
 // lockWait bounds the wait for an address another test holds, so that a
@@ -59,7 +61,7 @@ func lockAddrs(p plan) (netip.Prefix, func() error, error) {
 // pickLink finds a /30 in defaultLinks that holds none of avoid, overlaps
 // no host address and whose addresses it can lock at once.
 func pickLink(avoid []netip.Addr) (netip.Prefix, []*os.File, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := network.RetryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_V4) })
 	if err != nil {
 		return netip.Prefix{}, nil, fmt.Errorf("listing host addresses: %w", err)
 	}
