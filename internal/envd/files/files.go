@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/envd/httpjson"
@@ -95,7 +96,11 @@ func (h *Handler) authorize(hdr http.Header, q url.Values, op Op) error {
 }
 
 // resolve turns a path from the request into the absolute path it names.
+// A NUL byte cannot be part of a file name.
 func (h *Handler) resolve(path string, u *identity.User) (string, error) {
+	if strings.ContainsRune(path, 0) {
+		return "", errorf(http.StatusBadRequest, "resolving path '%s': a path cannot contain a NUL byte", path)
+	}
 	p, err := identity.ResolvePath(path, u, h.state.DefaultWorkdir())
 	if err != nil {
 		return "", errorf(http.StatusBadRequest, "resolving path '%s': %v", path, err)

@@ -173,12 +173,16 @@ func writeFile(path string, src io.Reader, u *identity.User, md map[string]strin
 			return entry{}, errorf(http.StatusInsufficientStorage, "not enough disk space to create '%s': %v", filepath.Dir(path), err)
 		case errors.Is(err, fs.ErrExist):
 			return entry{}, errorf(http.StatusBadRequest, "%v", err)
+		case badPath(err):
+			return entry{}, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
 		}
 		return entry{}, errorf(http.StatusInternalServerError, "creating parent directories of '%s': %v", path, err)
 	}
 	fi, err := os.Stat(path)
 	isNew := errors.Is(err, fs.ErrNotExist)
 	switch {
+	case err != nil && badPath(err):
+		return entry{}, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
 	case err != nil && !isNew:
 		return entry{}, errorf(http.StatusInternalServerError, "checking path '%s': %v", path, err)
 	case err == nil && fi.IsDir():
@@ -191,6 +195,8 @@ func writeFile(path string, src io.Reader, u *identity.User, md map[string]strin
 	switch {
 	case errors.Is(err, syscall.EISDIR):
 		return entry{}, errorf(http.StatusBadRequest, "path '%s' is a directory", path)
+	case badPath(err):
+		return entry{}, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
 	case noSpace(err):
 		return entry{}, errorf(http.StatusInsufficientStorage, "not enough disk space to create '%s': %v", path, err)
 	case err != nil:
@@ -241,6 +247,12 @@ func writeError(path string, err error) error {
 		return errorf(http.StatusInsufficientStorage, "not enough disk space to write '%s': %v", path, err)
 	}
 	return errorf(http.StatusInternalServerError, "writing '%s': %v", path, err)
+}
+
+// badPath reports whether err says the client's path cannot name a file: a
+// component under a regular file, or a name too long.
+func badPath(err error) bool {
+	return errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.ENAMETOOLONG)
 }
 
 func noSpace(err error) bool {
