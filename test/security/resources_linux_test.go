@@ -1,0 +1,219 @@
+package security
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/gen/process"
+	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
+	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
+
+// Bounds on what a bomb may cost the host.
+const (
+	floodMB  = 1024      // output of the stdout flood
+	rssBound = 128 << 20 // growth of envd's or the test's RSS during it
+)
+
+func testResources(t *testing.T, h *harness, tb *table) {
+	// Each bomb in a sandbox of its own, one after the other, so that
+	// their effects on the host are told apart.
+	for _, bomb := range []func(*testing.T, *harness, *table, store.Sandbox){forkBomb, memoryBomb, diskFill, inodeFlood, fdFlood} {
+		bomb(t, h, tb, h.create(""))
+	}
+	stdoutFlood(t, h, tb, h.create(""))
+	stalledReader(t, h, tb, h.create(""))
+}
+
+// forkBomb starts children until the pids limit stops it, and while they
+// hold every pid, asks envd for /health.
+func forkBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	var during string
+	var healthy bool
+	r := h.runStream(sb, "user", func(b []byte) {
+		if !strings.HasPrefix(string(b), "started=") {
+			return
+		}
+		code, err := h.health(sb)
+		healthy = err == nil && code/100 == 2
+		during = fmt.Sprintf("%s; pids %s of %s; /health during: %d %v",
+			strings.TrimSpace(string(b)), h.cgroupFile(sb, "pids", "pids.current"), h.cgroupFile(sb, "pids", "pids.max"), code, err)
+	}, "fork", "5000", "4")
+	after := h.probe(sb, "user", "stat", "/")
+	tb.add(t, outcome{attack: "fork bomb (5000 children)", as: "user",
+		expected:  "stops at the pids limit (EAGAIN); envd answers; commands run afterwards",
+		observed:  fmt.Sprintf("%s; afterwards: %s", during, after),
+		contained: r.err == nil && healthy && strings.Contains(during, "err=EAGAIN") && after == "ok"})
+}
+
+// memoryBomb allocates far more than the sandbox's memory limit.
+func memoryBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	r := h.run(sb, "user", "alloc", strconv.Itoa(4*memoryMB))
+	oomFile, peakFile, limitFile := "memory.oom_control", "memory.max_usage_in_bytes", "memory.limit_in_bytes"
+	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
+		oomFile, peakFile, limitFile = "memory.events", "memory.peak", "memory.max"
+	}
+	oom := h.cgroupFile(sb, "memory", oomFile)
+	code, err := h.health(sb)
+	rec, gerr := h.m.Get(context.Background(), sb.ID)
+	peak, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", peakFile), 10, 64)
+	limit, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", limitFile), 10, 64)
+	oomKills := ""
+	for _, l := range strings.Split(oom, "\n") {
+		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+			oomKills = v
+		}
+	}
+	tb.add(t, outcome{attack: fmt.Sprintf("memory bomb (%d MB in a %d MB sandbox)", 4*memoryMB, memoryMB), as: "user",
+		expected: "the bomb is OOM-killed in the sandbox; envd answers; the group never exceeds its limit",
+		observed: fmt.Sprintf("%q exit %d (%s); oom_kill %s; /health %d %v; state %s; group peak %d MB of %d MB",
+			r.out, r.exit, r.status, oomKills, code, err, rec.State, peak>>20, limit>>20),
+		contained: strings.Contains(r.status, "killed") && oomKills != "" && oomKills != "0" && err == nil && code/100 == 2 &&
+			gerr == nil && rec.State == store.StateRunning && limit > 0 && limit <= memoryMB<<20 && peak > 0 && peak <= limit})
+}
+
+// diskFill writes until the sandbox's disk is full. What it costs the
+// host is the blocks its sparse disk image takes.
+func diskFill(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	got := h.probe(sb, "user", "fill", "/home/user/big")
+	image := filepath.Join(h.stateDir, sb.ID, "disk.ext4")
+	var st unix.Stat_t
+	serr := unix.Stat(image, &st)
+	used := st.Blocks * 512
+	tb.add(t, outcome{attack: fmt.Sprintf("disk fill (in a %d MB sandbox disk)", diskMB), as: "user",
+		expected:  fmt.Sprintf("ENOSPC inside; its image takes ≤ %d MB of the host disk", diskMB),
+		observed:  fmt.Sprintf("%s; image %s uses %d MB of the host disk %v", got, filepath.Base(image), used>>20, errOrEmpty(serr)),
+		contained: strings.HasPrefix(got, "ok ") && strings.HasSuffix(got, "ENOSPC") && serr == nil && used > 0 && used <= diskMB<<20})
+}
+
+// inodeFlood creates empty files until the sandbox's filesystem has no
+// inodes left: they are all inside its image, so the host's sandbox
+// directory holds as many files as before.
+func inodeFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	dir := filepath.Join(h.stateDir, sb.ID)
+	before := countFiles(dir)
+	got := h.probe(sb, "user", "inodes", "/home/user/many")
+	after := countFiles(dir)
+	tb.add(t, outcome{attack: "inode exhaustion (empty files)", as: "user",
+		expected:  "ENOSPC inside (its own ext4 image); no host inodes taken",
+		observed:  fmt.Sprintf("%s; files in its host directory: %d before, %d after", got, before, after),
+		contained: strings.HasPrefix(got, "ok ") && strings.HasSuffix(got, "ENOSPC") && before > 0 && after == before})
+}
+
+func countFiles(dir string) int {
+	n := 0
+	filepath.WalkDir(dir, func(string, fs.DirEntry, error) error { n++; return nil })
+	return n
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// fdFlood opens files until the descriptor limit, as user and as root,
+// trying first to raise the hard limit.
+func fdFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	for _, u := range users {
+		r := h.run(sb, u, "fds")
+		got := r.out
+		if strings.Contains(r.status, "killed") {
+			got = "killed (" + r.status + ") before reaching the limit, by the memory limit"
+		}
+		bounded := (strings.Contains(got, "then EMFILE") || strings.Contains(got, "then ENFILE") || strings.Contains(got, "then ENOMEM")) &&
+			strings.HasSuffix(got, "raising it: EPERM")
+		tb.add(t, outcome{attack: "open-files flood (raise RLIMIT_NOFILE, open until failure)", as: u,
+			expected: "EMFILE at the hard limit (raising it EPERM), or the memory limit first",
+			observed: got, contained: r.err == nil && (bounded || strings.Contains(r.status, "killed"))})
+	}
+}
+
+// stdoutFlood prints floodMB to stdout and reads it all, watching envd's
+// and the test process's memory.
+func stdoutFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	envd0, self0 := h.envdRSS(sb), rssOf("self")
+	peak := newPeak(func() (int64, int64) { return h.envdRSS(sb), rssOf("self") })
+	var n int64
+	t0 := time.Now()
+	r := h.runStream(sb, "user", func(b []byte) { n += int64(len(b)) }, "flood", strconv.Itoa(floodMB))
+	envdPeak, selfPeak := peak.stop()
+	code, err := h.health(sb)
+	tb.add(t, outcome{attack: fmt.Sprintf("stdout flood (%d MB), read by the client", floodMB), as: "user",
+		expected: fmt.Sprintf("streamed; envd and manager-side RSS grow < %d MB", rssBound>>20),
+		observed: fmt.Sprintf("received %d MB in %s, exit %d; envd RSS %d→peak %d MB; test RSS %d→peak %d MB; /health %d",
+			n>>20, time.Since(t0).Round(time.Millisecond), r.exit, envd0>>20, envdPeak>>20, self0>>20, selfPeak>>20, code),
+		contained: r.err == nil && n >= floodMB<<20 && err == nil && code/100 == 2 &&
+			envdPeak-envd0 < rssBound && selfPeak-self0 < rssBound})
+}
+
+// stalledReader starts the flood and stops reading it: envd must not
+// buffer what the client does not take.
+func stalledReader(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	envd0 := h.envdRSS(sb)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pc := processconnect.NewProcessClient(h.client(sb), "http://envd", connect.WithProtoJSON())
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/usr/bin/probe", Args: []string{"flood", strconv.Itoa(4 * floodMB)}}})
+	req.Header().Set("X-Access-Token", sb.EnvdAccessToken)
+	req.Header().Set("Authorization", basicAuth("user"))
+	stream, err := pc.Start(ctx, req)
+	if err != nil {
+		t.Fatalf("starting the flood: %v", err)
+	}
+	stream.Receive() // the start event; then nothing is read
+	peak := newPeak(func() (int64, int64) { return h.envdRSS(sb), 0 })
+	time.Sleep(5 * time.Second)
+	envdPeak, _ := peak.stop()
+	cancel()
+	stream.Close()
+	code, herr := h.health(sb)
+	rec, _ := h.m.Get(context.Background(), sb.ID)
+	tb.add(t, outcome{attack: fmt.Sprintf("stdout flood (%d MB), client stops reading for 5 s", 4*floodMB), as: "user",
+		expected:  fmt.Sprintf("envd blocks the writer; its RSS grows < %d MB; sandbox alive", rssBound>>20),
+		observed:  fmt.Sprintf("envd RSS %d→peak %d MB; /health %d %v; state %s %s", envd0>>20, envdPeak>>20, code, herr, rec.State, rec.Reason),
+		contained: envdPeak > 0 && envdPeak-envd0 < rssBound && herr == nil && code/100 == 2 && rec.State == store.StateRunning})
+}
+
+// peak samples two values every 50 ms and keeps their maxima.
+type peak struct {
+	stopc chan struct{}
+	done  chan struct{}
+	a, b  int64
+}
+
+func newPeak(sample func() (int64, int64)) *peak {
+	p := &peak{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			a, b := sample()
+			p.a, p.b = max(p.a, a), max(p.b, b)
+			select {
+			case <-p.stopc:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+func (p *peak) stop() (int64, int64) {
+	close(p.stopc)
+	<-p.done
+	return p.a, p.b
+}
