@@ -24,8 +24,11 @@ const BuilderVersion = 1
 type Spec struct {
 	// Name is the template name: lower-case letters, digits, '.', '_', '-'.
 	Name string `json:"name"`
+	// From names the template this one starts from; its root filesystem
+	// replaces the debootstrap of Suite, which must then be empty.
+	From string `json:"from,omitempty"`
 	// Suite is the Debian suite handed to debootstrap, e.g. "bookworm".
-	Suite string `json:"suite"`
+	Suite string `json:"suite,omitempty"`
 	// Variant is the debootstrap variant ("minbase", "buildd"); empty means
 	// debootstrap's default (priority required + important).
 	Variant string `json:"variant,omitempty"`
@@ -34,6 +37,9 @@ type Spec struct {
 	Packages []string `json:"packages,omitempty"`
 	// Steps run in order after the packages are installed.
 	Steps []Step `json:"steps,omitempty"`
+	// Instructions run in order after Steps, each inside a sandbox of the
+	// image built so far.
+	Instructions []Instruction `json:"instructions,omitempty"`
 
 	// User is the default process user of sandboxes ("user").
 	User string `json:"user"`
