@@ -35,6 +35,11 @@ type Keys interface {
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes = 1 << 20
 
+// DefaultBodyTimeout bounds the sending of a JSON body when
+// Config.BodyTimeout is 0. The bodies are small; a client trickling one
+// would otherwise hold a connection and a goroutine as long as it liked.
+const DefaultBodyTimeout = 30 * time.Second
+
 // Config wires a Handler.
 type Config struct {
 	Sandboxes Sandboxes
@@ -49,6 +54,9 @@ type Config struct {
 	Ready func() bool
 	// MaxBodyBytes bounds request bodies (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time a client may take to send a JSON body
+	// (default DefaultBodyTimeout).
+	BodyTimeout time.Duration
 	Log          *slog.Logger
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
@@ -62,6 +70,7 @@ type Handler struct {
 	domain      string
 	ready       func() bool
 	maxBody     int64
+	bodyTimeout time.Duration
 	log         *slog.Logger
 	now         func() time.Time
 
@@ -83,6 +92,7 @@ func New(cfg Config) (*Handler, error) {
 		domain:      cfg.Domain,
 		ready:       cfg.Ready,
 		maxBody:     cfg.MaxBodyBytes,
+		bodyTimeout: cfg.BodyTimeout,
 		log:         cfg.Log,
 		now:         cfg.Now,
 	}
@@ -91,6 +101,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if h.maxBody <= 0 {
 		h.maxBody = DefaultMaxBodyBytes
+	}
+	if h.bodyTimeout <= 0 {
+		h.bodyTimeout = DefaultBodyTimeout
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)

@@ -248,17 +248,16 @@ func TestOversizedBodies413(t *testing.T) {
 }
 
 // TestSlowBodyCutOffByReadTimeout: a client that trickles its body is cut
-// off by the http.Server's read deadline, and the handler answers the cut
-// body with a 4xx JSON error, not a 500 and not a hang. (The deadline is
-// the server's: internal/server sets only ReadHeaderTimeout, so it does
-// not cut such a client off today; this test uses its own http.Server.)
+// off by the handler's body deadline and answered 408, not a 500 and not a
+// hang, behind a server configured like internal/server's (a header
+// timeout only, since the router's streams must not have a body deadline).
 func TestSlowBodyCutOffByReadTimeout(t *testing.T) {
-	h := newHandler(t, newFake())
+	h := newHandler(t, newFake(), func(c *Config) { c.BodyTimeout = 300 * time.Millisecond })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Second, ReadTimeout: 300 * time.Millisecond}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 
@@ -288,12 +287,8 @@ func TestSlowBodyCutOffByReadTimeout(t *testing.T) {
 	if elapsed > 1500*time.Millisecond {
 		t.Errorf("slow client held the connection for %v; want it cut off after about 300ms", elapsed)
 	}
-	if len(reply) == 0 {
-		return // cut off before an answer could be written: fine
-	}
 	t.Logf("slow client got, after %v: %q", elapsed, reply)
-	status := strings.SplitN(string(reply), " ", 3)
-	if len(status) < 2 || status[1] == "201" || strings.HasPrefix(status[1], "5") {
-		t.Errorf("slow client got %q, want a 4xx (or nothing)", reply)
+	if !strings.HasPrefix(string(reply), "HTTP/1.1 408 ") || !strings.Contains(string(reply), `"request body not received within 300ms"`) {
+		t.Errorf("slow client got %q, want 408 with a JSON message", reply)
 	}
 }

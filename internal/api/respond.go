@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -35,7 +36,7 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 }
 
 // fail turns a manager error about sandbox id into an HTTP answer: not
-// found 404, conflict 409, invalid 400, anything else 500 with the detail
+// found 404, conflict 409, invalid 400, limit 429, anything else 500 with the detail
 // only in the log.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
 	switch {
@@ -51,6 +52,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err er
 		writeError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, sandbox.ErrInvalid):
 		writeError(w, http.StatusBadRequest, err.Error())
+	case errors.Is(err, sandbox.ErrLimit):
+		writeError(w, http.StatusTooManyRequests, err.Error())
 	case errors.Is(err, store.ErrInvalidToken):
 		writeError(w, http.StatusBadRequest, "invalid nextToken")
 	default:
@@ -64,9 +67,17 @@ var errNoBody = errors.New("request body is required")
 
 // decodeBody decodes the JSON request body into v. Unknown fields are
 // ignored. An empty body gives errNoBody (callers with optional bodies treat
-// it as {}); any other failure has already been answered (400 or 413) and
-// is returned only so the caller stops.
+// it as {}); any other failure has already been answered (400, 408 or
+// 413) and is returned only so the caller stops.
 func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// The deadline covers the body only: it is lifted before the handler's
+	// real work, which a read deadline firing would cancel, unless it has
+	// expired: then the server must not wait for the rest of the body
+	// either. A writer that cannot take deadlines (tests' recorders) leaves
+	// the body unbounded.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(h.bodyTimeout))
+
 	body := http.MaxBytesReader(w, r.Body, h.maxBody)
 	dec := json.NewDecoder(body)
 	err := dec.Decode(v)
@@ -79,11 +90,19 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 			}
 		}
 	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err == nil {
 		return nil
 	}
 	if err == io.EOF { // nothing but whitespace
 		return errNoBody
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		w.Header().Set("Connection", "close") // the rest of the body is not worth waiting for
+		writeError(w, http.StatusRequestTimeout, fmt.Sprintf("request body not received within %s", h.bodyTimeout))
+		return err
 	}
 	writeBodyError(w, err)
 	return err

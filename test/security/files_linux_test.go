@@ -60,7 +60,7 @@ func testFilesAPI(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 			want                   int
 		}{
 			{"GET /files via symlink to the host marker's path", "/home/user/to-marker", "404: the path does not exist in the sandbox", 404},
-			{"GET /files via symlink into /proc/1/root", "/home/user/to-proc1root", "error (EACCES), no host data", 500},
+			{"GET /files via symlink into /proc/1/root", "/home/user/to-proc1root", "403 (EACCES), no host data", 403},
 			{"GET /files via symlink to /proc/self/root + marker", "/home/user/to-self-marker", "404: /proc/self/root is envd's, the sandbox root", 404},
 			{"GET /files via symlink to /etc/shadow", "/home/user/to-shadow", "200 with the sandbox's /etc/shadow, not the host's", 200},
 			{"GET /files ../../../ traversal to the host marker", "/home/user/../../../.." + h.marker, "404: resolved in the sandbox", 404},
@@ -91,10 +91,10 @@ func testFilesAPI(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	hostsAfter, _ := os.ReadFile(filepath.Join(h.rootfs, "etc/hosts"))
 	owner := h.probe(sb, "root", "owner", "/etc/hosts")
 	tb.add(t, outcome{attack: "POST /files via symlink to /etc/hosts (a template file)", as: "user",
-		expected: "copied up into the sandbox's overlay; host template unchanged",
+		expected: "copied up into the sandbox's overlay, still root's (not given to user); host template unchanged",
 		observed: fmt.Sprintf("template unchanged=%v; sandbox /etc/hosts now owned by %s; %s",
 			string(hostsAfter) == string(hostsBefore), strings.TrimPrefix(owner, "ok "), summary(code, body, err)),
-		contained: string(hostsAfter) == string(hostsBefore)})
+		contained: string(hostsAfter) == string(hostsBefore) && owner == "ok 0:0"})
 
 	code, body, err = h.putFile(sb, "root", "/home/user/to-envd", "#!/bin/sh\necho pwned\n")
 	envdAfter, _ := os.ReadFile(envdPath)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"syscall"
 	"strconv"
 	"strings"
 
@@ -31,10 +32,8 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, u *identity.U
 	// Stat before opening, so that a FIFO or device never blocks the open.
 	fi, err := os.Stat(path)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return errorf(http.StatusNotFound, "path '%s' does not exist", path)
 	case err != nil:
-		return errorf(http.StatusInternalServerError, "checking path '%s': %v", path, err)
+		return readError(path, err)
 	case fi.IsDir():
 		return errorf(http.StatusBadRequest, "path '%s' is a directory", path)
 	case !fi.Mode().IsRegular():
@@ -45,11 +44,8 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, u *identity.U
 		return errorf(http.StatusNotAcceptable, "no acceptable content encoding: this endpoint serves gzip and identity")
 	}
 	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return errorf(http.StatusNotFound, "path '%s' does not exist", path)
-	}
 	if err != nil {
-		return errorf(http.StatusInternalServerError, "opening '%s': %v", path, err)
+		return readError(path, err)
 	}
 	defer f.Close()
 	if fi, err = f.Stat(); err != nil {
@@ -182,4 +178,18 @@ func acceptEncoding(values []string) map[string]float64 {
 		}
 	}
 	return q
+}
+
+// readError answers a path that cannot be read by what is wrong with it: a
+// component under a regular file names nothing, as a missing one does.
+func readError(path string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		return errorf(http.StatusNotFound, "path '%s' does not exist", path)
+	case errors.Is(err, syscall.ENAMETOOLONG):
+		return errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
+	case errors.Is(err, fs.ErrPermission):
+		return errorf(http.StatusForbidden, "reading '%s': %v", path, err)
+	}
+	return errorf(http.StatusInternalServerError, "reading '%s': %v", path, err)
 }

@@ -191,10 +191,11 @@ func destsInside(ct string, body []byte, path string, u *identity.User, dir stri
 	}
 }
 
-// TestUploadBadPath400: a destination under a regular file, with a name too
-// long for the filesystem or with a NUL byte, is the client's mistake (400),
-// not a server error; FuzzUploadMultipart found each answered with 500.
-func TestUploadBadPath400(t *testing.T) {
+// TestBadPath4xx: a destination under a regular file, with a name too long
+// for the filesystem or with a NUL byte, is the client's mistake (400), not
+// a server error; FuzzUploadMultipart found each answered with 500. A
+// download of a path under a regular file names nothing: 404.
+func TestBadPath4xx(t *testing.T) {
 	dir := t.TempDir()
 	h := newHandler(t, "")
 	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
@@ -213,8 +214,15 @@ func TestUploadBadPath400(t *testing.T) {
 			t.Errorf("upload to %q: %d %s, want 400 JSON", path, w.Code, w.Body)
 		}
 	}
-	w := serve(h, "GET", query("path", filepath.Join(dir, "f\x00")), nil, nil)
-	if w.Code != http.StatusBadRequest {
-		t.Errorf("download of a path with NUL: %d %s, want 400", w.Code, w.Body)
+	for path, want := range map[string]int{
+		filepath.Join(dir, "f\x00"):                  http.StatusBadRequest,
+		filepath.Join(dir, strings.Repeat("n", 300)): http.StatusBadRequest,
+		filepath.Join(dir, "f", "g"):                 http.StatusNotFound, // names nothing
+	} {
+		w := serve(h, "GET", query("path", path), nil, nil)
+		var e errorBody
+		if w.Code != want || json.Unmarshal(w.Body.Bytes(), &e) != nil || e.Code != want {
+			t.Errorf("download of %q: %d %s, want %d JSON", path, w.Code, w.Body, want)
+		}
 	}
 }

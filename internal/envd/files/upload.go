@@ -219,8 +219,10 @@ func fill(f *os.File, path string, isNew bool, src io.Reader, u *identity.User, 
 			return entry{}, errorf(http.StatusInternalServerError, "setting the mode of '%s': %v", path, err)
 		}
 	}
-	if err := u.Chown(path); err != nil {
-		return entry{}, errorf(http.StatusInternalServerError, "%v", err)
+	if mayGive(f, path, u) {
+		if err := u.ChownFile(f); err != nil {
+			return entry{}, errorf(http.StatusInternalServerError, "%v", err)
+		}
 	}
 	rs := &readSide{r: src}
 	if _, err := io.Copy(f, rs); err != nil {
@@ -247,6 +249,38 @@ func writeError(path string, err error) error {
 		return errorf(http.StatusInsufficientStorage, "not enough disk space to write '%s': %v", path, err)
 	}
 	return errorf(http.StatusInternalServerError, "writing '%s': %v", path, err)
+}
+
+// mayGive reports whether the written file f may be given to u, as envd
+// gives every file it writes. Not when path reached f through a symlink
+// into a directory u does not own: sandbox code that planted the link
+// would otherwise get, through an innocent write by the caller, ownership
+// of a file it could not touch (a root-owned /etc/profile.d script, say).
+// The check runs after the open and compares inodes, so a link swapped in
+// between cannot redirect it; hard links to others' files are refused by
+// the kernel (fs.protected_hardlinks).
+func mayGive(f *os.File, path string, u *identity.User) bool {
+	opened, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	now, err := os.Stat(real)
+	if err != nil || !os.SameFile(opened, now) {
+		return false
+	}
+	if real == filepath.Clean(path) {
+		return true
+	}
+	dir, err := os.Stat(filepath.Dir(real))
+	if err != nil {
+		return false
+	}
+	st, ok := dir.Sys().(*syscall.Stat_t)
+	return ok && st.Uid == u.UID
 }
 
 // badPath reports whether err says the client's path cannot name a file: a

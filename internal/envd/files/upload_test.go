@@ -379,6 +379,50 @@ func TestUploadOwnership(t *testing.T) {
 	}
 }
 
+// TestUploadThroughPlantedSymlink: a write through a symlink that sandbox
+// code planted lands where the link points, as in E2B, but does not give
+// the target to the user unless it lies in a directory the user owns.
+func TestUploadThroughPlantedSymlink(t *testing.T) {
+	testenv.RequireRoot(t)
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatalf("looking up nobody: %v", err)
+	}
+	uid, _ := strconv.Atoi(nobody.Uid)
+	gid, _ := strconv.Atoi(nobody.Gid)
+	root := t.TempDir() // root's, like /etc
+	home := filepath.Join(root, "home")
+	mustDo(t, os.Mkdir(home, 0o755))
+	mustDo(t, os.Chown(home, uid, gid))
+	for _, f := range []string{filepath.Join(root, "profile.sh"), filepath.Join(root, "direct"), filepath.Join(home, "left-by-root")} {
+		mustDo(t, os.WriteFile(f, []byte("root's"), 0o644))
+	}
+	mustDo(t, os.Symlink(filepath.Join(root, "profile.sh"), filepath.Join(home, "to-root")))
+	mustDo(t, os.Symlink(filepath.Join(home, "left-by-root"), filepath.Join(home, "to-own")))
+	h := newHandler(t, "")
+	for _, c := range []struct {
+		path, target string
+		owner        int
+	}{
+		{filepath.Join(home, "to-root"), filepath.Join(root, "profile.sh"), 0},
+		{filepath.Join(home, "to-own"), filepath.Join(home, "left-by-root"), uid},
+		{filepath.Join(root, "direct"), filepath.Join(root, "direct"), uid}, // no link: given, as E2B does
+	} {
+		w := serve(h, "POST", query("path", c.path, "username", "nobody"), octet(), strings.NewReader("written"))
+		if w.Code != 200 {
+			t.Fatalf("upload to %s: %d %s", c.path, w.Code, w.Body)
+		}
+		checkFile(t, c.target, "written", 0o644, c.owner)
+	}
+}
+
+func mustDo(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // pattern is an endless stream of bytes that takes no memory.
 type pattern struct{}
 

@@ -139,11 +139,18 @@ func (u *User) MkdirAll(dir string) error {
 // u. It is a no-op when envd is not root and already
 // runs as u, so envd works unprivileged on a developer machine.
 func (u *User) Chown(path string) error {
-	if err := os.Chown(path, int(u.UID), int(u.GID)); err != nil {
-		if os.Geteuid() != 0 && uint32(os.Geteuid()) == u.UID {
-			return nil
-		}
-		return fmt.Errorf("chown %s to %s: %w", path, u.Name, err)
+	return u.chowned(path, os.Chown(path, int(u.UID), int(u.GID)))
+}
+
+// ChownFile is Chown for an open file: it gives that file, whatever path
+// now leads to it.
+func (u *User) ChownFile(f *os.File) error {
+	return u.chowned(f.Name(), f.Chown(int(u.UID), int(u.GID)))
+}
+
+func (u *User) chowned(path string, err error) error {
+	if err == nil || (os.Geteuid() != 0 && uint32(os.Geteuid()) == u.UID) {
+		return nil
 	}
-	return nil
+	return fmt.Errorf("chown %s to %s: %w", path, u.Name, err)
 }
