@@ -57,7 +57,7 @@ type Config struct {
 	// BodyTimeout bounds the time a client may take to send a JSON body
 	// (default DefaultBodyTimeout).
 	BodyTimeout time.Duration
-	Log          *slog.Logger
+	Log         *slog.Logger
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
 }

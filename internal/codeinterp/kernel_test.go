@@ -62,7 +62,7 @@ func TestPythonRuntime(t *testing.T) {
 	// script loaded.
 	o = run(t, rt, "import matplotlib.pyplot as plt\nplt.plot([1, 2], [3, 4])\nplt.show()")
 	if r := o.of(Result); len(r) != 1 || r[0].IsMain || r[0].Data["image/png"] == nil || r[0].Data["e2b/chart"] == nil {
-		t.Errorf("plot results: %d, want one display with image/png and e2b/chart", len(r))
+		t.Errorf("plot results: %d, want one display with image/png and e2b/chart; outputs %+v", len(r), o)
 	}
 
 	restore, err := rt.SetEnv(ctx, map[string]string{"E2B_TEST": "it's \"quoted\"", "HOME": "/elsewhere"})
@@ -84,8 +84,9 @@ func TestPythonRuntime(t *testing.T) {
 		t.Errorf("count after silent env executions %+v, want 6", c)
 	}
 
-	interruptAfter(t, rt, "import time; time.sleep(30)", 500*time.Millisecond)
-	if r := run(t, rt, "x").of(Result); len(r) != 1 || r[0].Data["text/plain"] != "20" {
-		t.Errorf("state after an interrupt: %+v", r)
+	io := interruptAfter(t, rt, "import time; time.sleep(30)", 500*time.Millisecond)
+	o = run(t, rt, "x")
+	if r := o.of(Result); len(r) != 1 || r[0].Data["text/plain"] != "20" {
+		t.Errorf("state after an interrupt: %+v (interrupted %+v)", o, io)
 	}
 }

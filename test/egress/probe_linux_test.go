@@ -184,10 +184,17 @@ func echo(ctx context.Context, network, addr string) error {
 	return nil
 }
 
+// ping sends an ICMP echo from an unprivileged ping socket, as ping(8)
+// does where ping_group_range allows (sandboxes in a user namespace hold
+// no CAP_NET_RAW), else from a raw socket.
 func ping(ip string) error {
-	c, err := icmp.ListenPacket("ip4:icmp", "0.0.0.0")
+	network, dst := "udp4", net.Addr(&net.UDPAddr{IP: net.ParseIP(ip)})
+	c, err := icmp.ListenPacket(network, "0.0.0.0")
 	if err != nil {
-		return err
+		network, dst = "ip4:icmp", &net.IPAddr{IP: net.ParseIP(ip)}
+		if c, err = icmp.ListenPacket(network, "0.0.0.0"); err != nil {
+			return err
+		}
 	}
 	defer c.Close()
 	msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: os.Getpid() & 0xffff, Seq: 1, Data: []byte("probe")}}
@@ -195,7 +202,6 @@ func ping(ip string) error {
 	if err != nil {
 		return err
 	}
-	dst := &net.IPAddr{IP: net.ParseIP(ip)}
 	if _, err := c.WriteTo(b, dst); err != nil {
 		return err
 	}
@@ -207,7 +213,7 @@ func ping(ip string) error {
 			return err
 		}
 		m, err := icmp.ParseMessage(1, buf[:n])
-		if err == nil && m.Type == ipv4.ICMPTypeEchoReply && from.String() == ip {
+		if err == nil && m.Type == ipv4.ICMPTypeEchoReply && strings.TrimSuffix(from.String(), ":0") == ip {
 			return nil
 		}
 		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {

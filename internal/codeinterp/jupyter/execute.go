@@ -40,14 +40,18 @@ type executeRequest struct {
 // most for it to go idle (without calling handle any more) and returns
 // ctx.Err(). When the kernel process exits it returns an error wrapping
 // ErrDied.
+//
+// Requests never stop on error: with stop_on_error, ipykernel aborts every
+// request that arrives for a moment after an error, which here is the
+// caller's next, independent execution.
 func (k *Kernel) Execute(ctx context.Context, code string, handle func(Message)) (Reply, error) {
-	return k.execute(ctx, executeRequest{Code: code, StoreHistory: true, StopOnError: true}, handle)
+	return k.execute(ctx, executeRequest{Code: code, StoreHistory: true}, handle)
 }
 
 // Silent runs code without output, history or a new execution count, as for
 // setting environment variables. Its reply is as Execute's.
 func (k *Kernel) Silent(ctx context.Context, code string) (Reply, error) {
-	return k.execute(ctx, executeRequest{Code: code, Silent: true, StopOnError: true}, nil)
+	return k.execute(ctx, executeRequest{Code: code, Silent: true}, nil)
 }
 
 func (k *Kernel) execute(ctx context.Context, req executeRequest, handle func(Message)) (Reply, error) {
@@ -74,7 +78,7 @@ func (k *Kernel) execute(ctx context.Context, req executeRequest, handle func(Me
 		reply          Reply
 		replied, idle  bool
 		started        bool         // execute_input seen: the kernel runs the code
-		interruptLater bool         // interrupted before the code started; again once it has
+		interruptLater bool         // interrupted before the code started: signal once it has
 		cancelled      bool         // ctx ended: the caller has gone
 		ctxDone        = ctx.Done() // nil once handled (and for a ctx that never ends)
 		drain          <-chan time.Time
@@ -99,8 +103,8 @@ func (k *Kernel) execute(ctx context.Context, req executeRequest, handle func(Me
 				continue
 			case "execute_input":
 				started = true
-				// A SIGINT between busy and execute_input may have come
-				// before ipykernel installed its handler, and been ignored.
+				// ipykernel ignores SIGINT until it handles a request, so
+				// an interrupt that came before execute_input is sent now.
 				if interruptLater {
 					interruptLater = false
 					k.interruptOrLog()
@@ -111,8 +115,13 @@ func (k *Kernel) execute(ctx context.Context, req executeRequest, handle func(Me
 			}
 		case <-ctxDone:
 			ctxDone, cancelled = nil, true
-			interruptLater = !started && !req.Silent // silent code has no execute_input
-			k.interruptOrLog()
+			// Only one SIGINT per execution: a second one could land
+			// after the code ended, in the next execution. Silent code
+			// has no execute_input to wait for.
+			interruptLater = !started && !req.Silent
+			if !interruptLater {
+				k.interruptOrLog()
+			}
 			drain = time.After(drainTimeout)
 		case <-drain:
 			return Reply{}, fmt.Errorf("executing: %w (kernel still busy after interrupt)", ctx.Err())

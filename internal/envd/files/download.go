@@ -12,9 +12,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"syscall"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/envd/identity"
 )
