@@ -26,12 +26,16 @@ const (
 	policyRCD = "usr/sbin/policy-rc.d"
 )
 
-func preflight() error {
-	if _, err := debootstrapPath(); err != nil {
-		return err
+// preflight checks what a build needs: root, and debootstrap unless the
+// template starts from another.
+func preflight(debootstrap bool) error {
+	if debootstrap {
+		if _, err := debootstrapPath(); err != nil {
+			return err
+		}
 	}
 	if os.Geteuid() != 0 {
-		return errors.New("building templates needs root (debootstrap, chroot, mounts)")
+		return errors.New("building templates needs root (debootstrap, namespaces, mounts)")
 	}
 	return nil
 }
@@ -53,9 +57,13 @@ func debootstrapPath() (string, error) {
 	return "", ErrNoDebootstrap
 }
 
-// build builds spec into dir. The caller holds dir's lock and has checked
-// that dir holds no completed template.
-func (b *Builder) build(ctx context.Context, spec Spec, hash, dir string) (_ *Template, err error) {
+// build builds spec into dir: debootstrapped, or on top of from when the
+// spec has From. The caller holds dir's lock and has checked that dir
+// holds no completed template.
+func (b *Builder) build(ctx context.Context, spec Spec, from *Template, hash, dir, nonce string) (_ *Template, err error) {
+	if from != nil {
+		return b.buildDerived(ctx, spec, from, hash, dir, nonce)
+	}
 	start := time.Now()
 	id := ID(spec.Name, hash)
 	log := b.logger().With("template", id)
@@ -395,8 +403,10 @@ func finalize(root *os.Root, spec Spec, id, hash string) error {
 		// The sandbox runtime provides name resolution; never ship the
 		// build host's.
 		{"etc/resolv.conf", ""},
-		{"etc/apt/sources.list", sourcesList(DefaultMirror, spec.Suite)},
 		{".e2b", fmt.Sprintf("ENV_ID=%s\nTEMPLATE_ID=%s\nBUILD_ID=%s\n", id, id, hash)},
+	}
+	if spec.Suite != "" { // a derived template keeps its base's
+		files = append(files, struct{ name, content string }{"etc/apt/sources.list", sourcesList(DefaultMirror, spec.Suite)})
 	}
 	for _, f := range files {
 		if err := replaceFile(root, f.name, []byte(f.content), 0o644, 0, 0); err != nil {

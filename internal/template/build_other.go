@@ -9,9 +9,9 @@ import (
 	"os"
 )
 
-func preflight() error { return errors.ErrUnsupported }
+func preflight(bool) error { return errors.ErrUnsupported }
 
-func (b *Builder) build(ctx context.Context, spec Spec, hash, dir string) (*Template, error) {
+func (b *Builder) build(ctx context.Context, spec Spec, from *Template, hash, dir, nonce string) (*Template, error) {
 	return nil, errors.ErrUnsupported
 }
 

@@ -122,6 +122,7 @@ func (s Step) String() string {
 
 var (
 	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	idRE      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}-[0-9a-f]{12}$`)
 	suiteRE   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,31}$`)
 	packageRE = regexp.MustCompile(`^[a-z0-9][a-z0-9+.-]+$`)
 	userRE    = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
@@ -137,21 +138,34 @@ func (s Spec) Validate() error {
 	if !nameRE.MatchString(s.Name) {
 		return fmt.Errorf("template name %q: want 1-63 of [a-z0-9._-], starting with a letter or digit", s.Name)
 	}
-	if !suiteRE.MatchString(s.Suite) {
-		return fmt.Errorf("template %s: suite %q is not a Debian suite name", s.Name, s.Suite)
-	}
-	if !slices.Contains(variants, s.Variant) {
-		return fmt.Errorf("template %s: debootstrap variant %q: want one of minbase, buildd or empty", s.Name, s.Variant)
+	if s.From != "" {
+		if !nameRE.MatchString(s.From) && !idRE.MatchString(s.From) || s.From == s.Name {
+			return fmt.Errorf("template %s: from %q is not another template's name or ID", s.Name, s.From)
+		}
+		if s.Suite != "" || s.Variant != "" {
+			return fmt.Errorf("template %s: from a template and from a Debian suite at once", s.Name)
+		}
+	} else {
+		if !suiteRE.MatchString(s.Suite) {
+			return fmt.Errorf("template %s: suite %q is not a Debian suite name", s.Name, s.Suite)
+		}
+		if !slices.Contains(variants, s.Variant) {
+			return fmt.Errorf("template %s: debootstrap variant %q: want one of minbase, buildd or empty", s.Name, s.Variant)
+		}
+		if len(s.Instructions) > 0 {
+			return fmt.Errorf("template %s: instructions need a template to start from (From); build the Debian system as a template of its own", s.Name)
+		}
 	}
 	for _, p := range s.Packages {
 		if !packageRE.MatchString(p) {
 			return fmt.Errorf("template %s: package %q is not a Debian package name", s.Name, p)
 		}
 	}
-	if !userRE.MatchString(s.User) {
+	// From a template, an empty user or workdir is the template's.
+	if !userRE.MatchString(s.User) && (s.From == "" || s.User != "") {
 		return fmt.Errorf("template %s: user %q is not a valid user name", s.Name, s.User)
 	}
-	if err := checkPath(s.Workdir); err != nil {
+	if err := checkPath(s.Workdir); err != nil && (s.From == "" || s.Workdir != "") {
 		return fmt.Errorf("template %s: workdir: %w", s.Name, err)
 	}
 	for k := range s.Env {
@@ -168,6 +182,11 @@ func (s Spec) Validate() error {
 	for i, st := range s.Steps {
 		if err := st.validate(); err != nil {
 			return fmt.Errorf("template %s: step %d (%s): %w", s.Name, i+1, st, err)
+		}
+	}
+	for i, in := range s.Instructions {
+		if err := in.validate(); err != nil {
+			return fmt.Errorf("template %s: instruction %d (%s): %w", s.Name, i+1, in, err)
 		}
 	}
 	return nil

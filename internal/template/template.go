@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -107,14 +108,30 @@ func (b *Builder) Ensure(ctx context.Context, spec Spec) (*Template, error) {
 		return nil, errors.New("template builder: no data directory")
 	}
 	hash := spec.Hash()
+	var from *Template
+	nonce := ""
+	if spec.From != "" {
+		f, err := b.resolveFrom(ctx, spec.From)
+		if err != nil {
+			return nil, fmt.Errorf("template %s: from %s: %w", spec.Name, spec.From, err)
+		}
+		from, hash = f, derivedHash(spec, f.Hash)
+		if slices.ContainsFunc(spec.Instructions, func(in Instruction) bool { return in.Force }) {
+			// A forced step runs again, so the build is new: its own
+			// version, and new keys from the forced step on.
+			nonce = strconv.FormatInt(time.Now().UnixNano(), 36)
+			hash = hashStrings(hash, "forced", nonce)
+		}
+	}
 	dir := b.versionDir(spec.Name, hash)
 	if t, err := readTemplate(dir); err == nil {
+		b.reportCached(spec, t)
 		return t, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	id := ID(spec.Name, hash)
-	if err := preflight(); err != nil {
+	if err := preflight(from == nil); err != nil {
 		return nil, fmt.Errorf("building template %s: %w", id, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
@@ -127,13 +144,41 @@ func (b *Builder) Ensure(ctx context.Context, spec Spec) (*Template, error) {
 	defer unlock()
 	// Another caller may have built it while we waited for the lock.
 	if t, err := readTemplate(dir); err == nil {
+		b.reportCached(spec, t)
 		return t, nil
 	}
-	t, err := b.build(ctx, spec, hash, dir)
+	t, err := b.build(ctx, spec, from, hash, dir, nonce)
 	if err != nil {
 		return nil, fmt.Errorf("building template %s: %w", id, err)
 	}
 	return t, nil
+}
+
+// resolveFrom returns the template a spec starts from: a built-in one is
+// built on demand; any other must exist (by name or ID).
+func (b *Builder) resolveFrom(ctx context.Context, ref string) (*Template, error) {
+	if s, ok := BuiltIn()[ref]; ok {
+		return b.Ensure(ctx, s)
+	}
+	return b.Lookup(ref)
+}
+
+// reportCached says that a template with instructions was found whole in
+// the cache: every step cached, as a rebuild that changed nothing expects
+// to hear.
+func (b *Builder) reportCached(spec Spec, t *Template) {
+	if len(spec.Instructions) == 0 {
+		return
+	}
+	log := b.logger().With("template", t.ID)
+	rep := newReporter(b.Progress, spec.Name, len(spec.Instructions), b.hook)
+	for i, in := range spec.Instructions {
+		log.Info(in.String(), "step", i+1)
+		log.Info("cached", "step", i+1)
+		rep.startStage(shorten(in.String(), 60))
+		rep.update(Event{Phase: "cached", Percent: 100})
+	}
+	rep.finish(fmt.Sprintf("%s is up to date: all %d steps cached", t.ID, len(spec.Instructions)))
 }
 
 // readTemplate loads a completed template from its version directory. A

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
@@ -53,7 +54,33 @@ type Config struct {
 	// (EnsureBase) and restores the pool (RestoreLeases) before Adopt.
 	Pool     *network.Pool
 	Firewall *network.Firewall
+	// Userns says whether each sandbox's processes run in a user namespace
+	// that maps its ids 0..65535 onto a host range of its own (see the
+	// package doc); default UsernsAuto.
+	Userns UsernsMode
+	// UsernsBase is the first host id of the first range; default
+	// idmap.DefaultBase. Ranges follow every 65536 ids.
+	UsernsBase uint32
+	// UsernsDir holds the host-wide reservations of those ranges; default
+	// /run/agent-sandbox/userns, shared by every server on the host
+	// whatever its RunDir.
+	UsernsDir string
 }
+
+// UsernsMode is a choice of Config.Userns.
+type UsernsMode string
+
+// The user namespace modes.
+const (
+	// UsernsAuto uses user namespaces where the host allows them and
+	// otherwise starts sandboxes without, logging why once.
+	UsernsAuto UsernsMode = "auto"
+	// UsernsOn requires them: a sandbox that cannot have one fails.
+	UsernsOn UsernsMode = "on"
+	// UsernsOff never uses them: root in a sandbox is host uid 0, held
+	// down by the other layers only.
+	UsernsOff UsernsMode = "off"
+)
 
 func (c *Config) setDefaults() {
 	if c.RunDir == "" {
@@ -71,6 +98,15 @@ func (c *Config) setDefaults() {
 	if c.CgroupParent == "" {
 		c.CgroupParent = "agent-sandbox"
 	}
+	if c.Userns == "" {
+		c.Userns = UsernsAuto
+	}
+	if c.UsernsBase == 0 {
+		c.UsernsBase = idmap.DefaultBase
+	}
+	if c.UsernsDir == "" {
+		c.UsernsDir = "/run/agent-sandbox/userns"
+	}
 }
 
 // Validate reports what is wrong with c, after defaults.
@@ -84,6 +120,17 @@ func (c *Config) Validate() error {
 	}
 	if strings.Trim(c.CgroupParent, "/") == "" || strings.Contains(c.CgroupParent, "..") {
 		errs = append(errs, fmt.Errorf("invalid cgroup parent %q", c.CgroupParent))
+	}
+	switch c.Userns {
+	case UsernsAuto, UsernsOn, UsernsOff:
+	default:
+		errs = append(errs, fmt.Errorf("user namespace mode %q: want auto, on or off", c.Userns))
+	}
+	if err := idmap.CheckBase(c.UsernsBase); err != nil {
+		errs = append(errs, err)
+	}
+	if !filepath.IsAbs(c.UsernsDir) {
+		errs = append(errs, fmt.Errorf("uid range dir %q is not an absolute path", c.UsernsDir))
 	}
 	if (c.Pool == nil) != (c.Firewall == nil) {
 		errs = append(errs, errors.New("network pool and firewall go together: set both or neither"))

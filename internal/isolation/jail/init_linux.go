@@ -53,6 +53,14 @@ func InitMain(args []string) error {
 		return err
 	}
 
+	if cfg.EnvdStage != nil {
+		// This process is the envd stage (forkEnvdStage): it returns only
+		// if it could not execute envd.
+		err := fmt.Errorf("envd stage: %w", execEnvd(&cfg))
+		report(initStatus{Error: err.Error()})
+		return err
+	}
+
 	// Signals that would end a Go program by default are caught (and
 	// dropped): only the host ends a sandbox. Caught, not ignored, so that
 	// envd does not inherit SIG_IGN.
@@ -64,107 +72,201 @@ func InitMain(args []string) error {
 		}
 	}()
 
-	envdPid, logr, err := setupSandbox(&cfg)
+	if cfg.Run != nil {
+		return runInit(&cfg, report)
+	}
+	res, err := setupSandbox(&cfg, args)
 	if err != nil {
 		err = fmt.Errorf("init: %w", err)
 		report(initStatus{Error: err.Error()})
 		return err
 	}
 	go func() {
-		_, _ = io.Copy(os.Stderr, io.LimitReader(logr, envdLogLimit))
-		_, _ = io.Copy(io.Discard, logr)
+		_, _ = io.Copy(os.Stderr, io.LimitReader(res.logr, envdLogLimit))
+		_, _ = io.Copy(io.Discard, res.logr)
 	}()
 	// The OOM killer should pick what uses memory, not PID 1 (which would
 	// end the sandbox). Set after forking envd, which keeps the default.
 	_ = os.WriteFile("/proc/self/oom_score_adj", []byte("-1000"), 0)
-	report(initStatus{EnvdPid: envdPid, Finished: true})
-	return reap(envdPid)
-}
-
-// setupSandbox does everything between the clone and envd running, and
-// returns envd's pid and the read end of its output.
-func setupSandbox(cfg *initConfig) (int, *os.File, error) {
-	if cfg.UnshareCgroup {
-		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
-			return 0, nil, fmt.Errorf("unsharing the cgroup namespace: %w", err)
+	if res.userns {
+		if err := dropToHostID(int(cfg.Userns.Base)); err != nil {
+			err = fmt.Errorf("init: %w", err)
+			report(initStatus{Error: err.Error()})
+			return err
 		}
 	}
-	if err := buildRoot(cfg); err != nil {
-		return 0, nil, err
+	report(initStatus{EnvdPid: res.envdPid, Userns: res.userns, UsernsFallback: res.fallback, Finished: true})
+	return reap(res.envdPid)
+}
+
+// setupResult is what setupSandbox started.
+type setupResult struct {
+	envdPid  int
+	logr     *os.File // the read end of envd's output
+	userns   bool     // envd runs in a user namespace
+	fallback string   // why not, when one was asked for and the host refused
+}
+
+// envdEnv is envd's environment.
+var envdEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
+
+// setupSandbox does everything between the clone and envd running. args
+// are init's own, for the envd stage.
+func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
+	if cfg.UnshareCgroup {
+		if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil {
+			return res, fmt.Errorf("unsharing the cgroup namespace: %w", err)
+		}
+	}
+	// Nothing mounted here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return res, fmt.Errorf("making mounts private: %w", err)
+	}
+	logr, logw, err := os.Pipe()
+	if err != nil {
+		return res, err
+	}
+	defer logw.Close()
+	defer func() {
+		if err != nil {
+			logr.Close()
+		}
+	}()
+	lower, base := cfg.RootFS, 0
+	var stage *envdStage
+	if cfg.Userns != nil {
+		if stage, res.fallback, err = prepareUserns(cfg, args, logw); err != nil {
+			return res, err
+		}
+		if stage != nil {
+			defer func() {
+				if err != nil {
+					stage.abort()
+				}
+			}()
+			lower, base = cfg.LowerDir, int(cfg.Userns.Base)
+		}
+	}
+	if err := buildRoot(cfg, lower, base); err != nil {
+		return res, err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
-		return 0, nil, fmt.Errorf("setting hostname: %w", err)
+		return res, fmt.Errorf("setting hostname: %w", err)
 	}
 	if cfg.Nameserver != "" {
-		if err := writeResolvConf(cfg.Nameserver); err != nil {
-			return 0, nil, err
+		if err := writeResolvConf(cfg.Nameserver, base); err != nil {
+			return res, err
 		}
 	}
 	// Non-dumpable: nothing in the sandbox may open /proc/1/{exe,fd,root,mem}
 	// (that takes CAP_SYS_PTRACE, which the bounding set does not keep).
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return 0, nil, fmt.Errorf("making init non-dumpable: %w", err)
+		return res, fmt.Errorf("making init non-dumpable: %w", err)
 	}
-	if err := dropCapabilities(); err != nil {
-		return 0, nil, err
+	if err := confine(cfg); err != nil {
+		return res, err
 	}
-	if cfg.NoNewPrivs {
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return 0, nil, fmt.Errorf("setting no_new_privs: %w", err)
+	res.logr = logr
+	if stage != nil {
+		if err := stage.run(cfg); err != nil {
+			return res, err
 		}
-	}
-	if err := loadSeccomp(); err != nil {
-		return 0, nil, err
+		res.envdPid, res.userns = stage.pid, true
+		return res, nil
 	}
 
 	devNull, err := os.Open("/dev/null")
 	if err != nil {
-		return 0, nil, err
+		return res, err
 	}
 	defer devNull.Close()
-	logr, logw, err := os.Pipe()
-	if err != nil {
-		return 0, nil, err
-	}
-	defer logw.Close()
 	argv := append([]string{envdGuestPath}, cfg.EnvdArgs...)
-	pid, err := syscall.ForkExec(envdGuestPath, argv, &syscall.ProcAttr{
+	res.envdPid, err = syscall.ForkExec(envdGuestPath, argv, &syscall.ProcAttr{
 		Dir:   "/",
-		Env:   []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"},
+		Env:   envdEnv,
 		Files: []uintptr{devNull.Fd(), logw.Fd(), logw.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {
-		logr.Close()
-		return 0, nil, fmt.Errorf("starting envd: %w", err)
+		return res, fmt.Errorf("starting envd: %w", err)
 	}
-	return pid, logr, nil
+	return res, nil
+}
+
+// prepareUserns starts the envd stage in a user namespace and mounts the
+// template idmapped through it at cfg.LowerDir. When the kernel or the
+// template's file system refuses and the user namespace is not required,
+// it returns no stage and the reason instead, and the sandbox starts
+// without one.
+func prepareUserns(cfg *initConfig, args []string, logw *os.File) (*envdStage, string, error) {
+	// Go's ForkExec writes the child's maps through /proc; it must be this
+	// pid namespace's (this one is detached with the old root).
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return nil, "", fmt.Errorf("mounting the sandbox's /proc: %w", err)
+	}
+	stage, err := forkEnvdStage(cfg.Userns.Base, args, logw)
+	if err == nil {
+		if err = idmapTree(cfg.RootFS, cfg.LowerDir, stage.userns); err != nil {
+			stage.abort()
+		}
+	}
+	var refused usernsRefused
+	switch {
+	case err == nil:
+		return stage, "", nil
+	case errors.As(err, &refused) && !cfg.Userns.Required:
+		return nil, err.Error(), nil
+	}
+	return nil, "", err
+}
+
+// confine restricts the calling thread and whatever it executes: the
+// bounding set, no_new_privs if cfg asks, and the seccomp filter.
+func confine(cfg *initConfig) error {
+	if err := dropCapabilities(); err != nil {
+		return err
+	}
+	if cfg.NoNewPrivs {
+		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return fmt.Errorf("setting no_new_privs: %w", err)
+		}
+	}
+	return loadSeccomp()
 }
 
 // reap waits for every child (orphans are re-parented to init) until envd
 // exits, and returns how it exited.
 func reap(envdPid int) error {
+	ws, err := reapUntil(envdPid)
+	if err != nil {
+		return err
+	}
+	switch {
+	case ws.Exited() && ws.ExitStatus() == 0:
+		return nil
+	case ws.Exited():
+		return fmt.Errorf("init: envd exited with status %d", ws.ExitStatus())
+	case ws.Signaled():
+		return fmt.Errorf("init: envd killed by signal %v", ws.Signal())
+	}
+	return fmt.Errorf("init: envd ended: %v", ws)
+}
+
+// reapUntil waits for every child (orphans are re-parented to init) until
+// pid exits, and returns its wait status.
+func reapUntil(pid int) (unix.WaitStatus, error) {
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		got, err := unix.Wait4(-1, &ws, 0, nil)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("init: waiting for children: %w", err)
+			return 0, fmt.Errorf("init: waiting for children: %w", err)
 		}
-		if pid != envdPid {
-			continue
+		if got == pid && (ws.Exited() || ws.Signaled()) {
+			return ws, nil
 		}
-		switch {
-		case ws.Exited() && ws.ExitStatus() == 0:
-			return nil
-		case ws.Exited():
-			return fmt.Errorf("init: envd exited with status %d", ws.ExitStatus())
-		case ws.Signaled():
-			return fmt.Errorf("init: envd killed by signal %v", ws.Signal())
-		}
-		return fmt.Errorf("init: envd ended: %v", ws)
 	}
 }
 
@@ -172,8 +274,9 @@ func reap(envdPid int) error {
 // its gateway. It replaces whatever the template has there (a symlink into
 // /run, say; resolved inside the new root, so it cannot point at the host).
 // The file is only a convenience: the host redirects every DNS packet from
-// the sandbox to the filter, whatever address it was sent to.
-func writeResolvConf(nameserver string) error {
+// the sandbox to the filter, whatever address it was sent to. It belongs to
+// the sandbox's root (host id base), who may rewrite it.
+func writeResolvConf(nameserver string, base int) error {
 	if err := os.Remove("/etc/resolv.conf"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("replacing /etc/resolv.conf: %w", err)
 	}
@@ -181,5 +284,5 @@ func writeResolvConf(nameserver string) error {
 	if err := os.WriteFile("/etc/resolv.conf", []byte(content), 0o644); err != nil {
 		return fmt.Errorf("writing /etc/resolv.conf: %w", err)
 	}
-	return nil
+	return os.Lchown("/etc/resolv.conf", base, base)
 }

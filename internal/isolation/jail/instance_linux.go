@@ -173,7 +173,7 @@ func (inst *Instance) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
 	}
 	errs = append(errs, inst.b.detachVeth(ctx, inst.id), inst.ns.Delete(), inst.cg.Delete(ctx),
-		releaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir))
+		releaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir), inst.b.ids.Release(inst.id))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping sandbox %s: %w", inst.id, err)
 	}

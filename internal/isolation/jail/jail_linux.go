@@ -15,10 +15,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"golang.org/x/sys/unix"
 )
@@ -26,6 +28,13 @@ import (
 // Backend is the jail isolation backend.
 type Backend struct {
 	cfg Config
+	// ids reserves the sandboxes' uid ranges. It exists whatever the mode,
+	// so that sandboxes adopted from a run with another mode keep theirs.
+	ids *idmap.Allocator
+	// userns: sandboxes ask for a user namespace (the mode allows and the
+	// host supports them).
+	userns       bool
+	usernsWarned sync.Map // reasons already logged by warnNoUserns
 }
 
 var _ isolation.Backend = (*Backend)(nil)
@@ -41,7 +50,20 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("jail: %w", err)
 		}
 	}
-	return &Backend{cfg: cfg}, nil
+	ids, err := idmap.NewAllocator(cfg.UsernsDir, cfg.UsernsBase)
+	if err != nil {
+		return nil, fmt.Errorf("jail: %w", err)
+	}
+	b := &Backend{cfg: cfg, ids: ids}
+	on, reason, err := hostUsernsSupport(cfg.Userns)
+	if err != nil {
+		return nil, fmt.Errorf("jail: %w", err)
+	}
+	b.userns = on
+	if reason != "" {
+		b.warnNoUserns(reason)
+	}
+	return b, nil
 }
 
 // Name implements isolation.Backend.
@@ -54,8 +76,9 @@ func (b *Backend) cgroupName(id string) string { return b.cfg.CgroupParent + "/"
 const (
 	diskFile = "disk.ext4"
 	logFile  = "init.log"
-	diskDir  = "disk" // mount point of the image, in the sandbox's mount namespace only
-	rootDir  = "root" // mount point of the overlay, likewise
+	diskDir  = "disk"  // mount point of the image, in the sandbox's mount namespace only
+	rootDir  = "root"  // mount point of the overlay, likewise
+	lowerDir = "lower" // mount point of the idmapped template, likewise
 )
 
 // cleanupStack runs undo steps in reverse unless released.
@@ -124,7 +147,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		return nil, err // ErrExist if the ID is in use
 	}
 	undo.push(func(context.Context) error { return removeDir(dir) })
-	for _, d := range []string{diskDir, rootDir} {
+	for _, d := range []string{diskDir, rootDir, lowerDir} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, err
 		}
@@ -206,6 +229,15 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if addrs.Gateway.IsValid() {
 		icfg.Nameserver = addrs.Gateway.String()
 	}
+	if b.userns {
+		base, err := b.ids.Allocate(spec.ID)
+		if err != nil {
+			return nil, err
+		}
+		undo.push(func(context.Context) error { return b.ids.Release(spec.ID) })
+		icfg.Userns = &usernsConfig{Base: base, Required: b.cfg.Userns == UsernsOn}
+		icfg.LowerDir = filepath.Join(dir, lowerDir)
+	}
 	if cg.Mode() == cgroup.V2 {
 		// Born in the group, with the cgroup namespace rooted there.
 		fd, err := cg.OpenDir()
@@ -263,10 +295,19 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		InitPid: cmd.Process.Pid, InitStart: start, Cgroup: cg.Name(), Netns: ns.Name(),
 		Dir: dir, CPUCount: res.CPUCount, Gateway: addrs.Gateway, Address: addrs.Sandbox,
 	}
+	switch {
+	case st.Userns:
+		inst.state.UsernsBase = icfg.Userns.Base
+	case icfg.Userns != nil:
+		b.warnNoUserns(st.UsernsFallback)
+		if err := b.ids.Release(spec.ID); err != nil {
+			return nil, err
+		}
+	}
 	if err := inst.waitHealthy(ctx); err != nil {
 		return nil, err
 	}
-	log.Debug("sandbox started", "init_pid", cmd.Process.Pid, "envd_pid_in_sandbox", st.EnvdPid,
+	log.Debug("sandbox started", "init_pid", cmd.Process.Pid, "envd_pid_in_sandbox", st.EnvdPid, "userns_base", inst.state.UsernsBase,
 		"total", time.Since(t0), "mkfs", dDisk, "netns", dNet, "init", tInit.Sub(t0), "envd", time.Since(tInit))
 	return inst, nil
 }
@@ -378,6 +419,11 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 	if err != nil {
 		return nil, gone("%v", err)
 	}
+	if st.UsernsBase != 0 {
+		if err := b.ids.Reserve(id, st.UsernsBase); err != nil {
+			return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
+		}
+	}
 	if b.cfg.Pool != nil && st.Gateway.IsValid() {
 		// PrepareNetwork has usually restored it from the veth already.
 		lease := map[string]network.VethAddrs{id: {Gateway: st.Gateway, Sandbox: st.Address}}
@@ -424,7 +470,7 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 		// A file left without its mount by a Create that stopped half-way.
 		errs = append(errs, os.Remove(filepath.Join(network.Dir(b.cfg.RunDir), id)))
 	}
-	errs = append(errs, releaseLoops(ctx, filepath.Join(b.dir(id), diskFile)), removeDir(b.dir(id)))
+	errs = append(errs, releaseLoops(ctx, filepath.Join(b.dir(id), diskFile)), removeDir(b.dir(id)), b.ids.Release(id))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleaning up sandbox %s: %w", id, err)
 	}

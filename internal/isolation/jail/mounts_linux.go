@@ -35,36 +35,59 @@ var devices = []struct {
 	{"urandom", 1, 9}, {"tty", 5, 0},
 }
 
-// buildRoot mounts the sandbox's root filesystem and pivots into it. Runs in
-// init, in the sandbox's fresh mount namespace.
-func buildRoot(cfg *initConfig) error {
-	for _, p := range []string{cfg.RootFS, cfg.DiskDir, cfg.RootDir} {
+// buildRoot mounts the sandbox's root filesystem, with lower as the
+// overlay's lower layer, and pivots into it. Runs in init, in the sandbox's
+// fresh mount namespace, after its mounts were made private. base is the
+// host id of the sandbox's root (0 without a user namespace): what init
+// creates in the sandbox belongs to it.
+func buildRoot(cfg *initConfig, lower string, base int) error {
+	for _, p := range []string{lower, cfg.DiskDir, cfg.RootDir, cfg.Upper, cfg.Work} {
 		if strings.ContainsAny(p, ",:\\") {
 			return fmt.Errorf("path %q cannot be an overlay option", p)
 		}
 	}
-	// Nothing mounted here may propagate back to the host.
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("making mounts private: %w", err)
+	// A one-shot run (Run) brings its upper and work directories.
+	upper, work := cfg.Upper, cfg.Work
+	if cfg.Disk != "" {
+		if err := mountDisk(cfg.Disk, cfg.DiskDir); err != nil {
+			return err
+		}
+		upper, work = filepath.Join(cfg.DiskDir, "upper"), filepath.Join(cfg.DiskDir, "work")
 	}
-	if err := mountDisk(cfg.Disk, cfg.DiskDir); err != nil {
-		return err
-	}
-	upper, work := filepath.Join(cfg.DiskDir, "upper"), filepath.Join(cfg.DiskDir, "work")
 	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
+	// The merged root directory shows the upper's owner and mode: make them
+	// the template's (as the lower shows them, idmapped or not).
+	var root unix.Stat_t
+	if err := unix.Stat(lower, &root); err != nil {
+		return fmt.Errorf("reading the template's root: %w", err)
+	}
+	if err := os.Lchown(upper, int(root.Uid), int(root.Gid)); err != nil {
+		return err
+	}
+	if err := unix.Chmod(upper, root.Mode&0o7777); err != nil {
+		return fmt.Errorf("setting the root's mode: %w", err)
+	}
 	// nodev: CAP_MKNOD is kept, so device nodes must not work here.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", cfg.RootFS, upper, work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	if cfg.Run != nil {
+		// Run's upper becomes a build layer, read later as a plain
+		// directory of changes: no redirects, no metacopy.
+		opts += ",index=off,redirect_dir=off,metacopy=off"
+	}
 	if err := unix.Mount("overlay", cfg.RootDir, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting overlay (%s) at %s: %w", opts, cfg.RootDir, err)
 	}
 	// What must come from the host is taken before the host is out of
 	// sight: envd and the tools as detached bind mounts, attached after the
 	// pivot.
-	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
+	binaries := cfg.Tools
+	if cfg.EnvdPath != "" {
+		binaries = append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
+	}
 	trees := make([]int, 0, len(binaries))
 	defer func() {
 		for _, fd := range trees {
@@ -96,30 +119,39 @@ func buildRoot(cfg *initConfig) error {
 
 	old := unix.Umask(0)
 	defer unix.Umask(old)
-	if err := mountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := mountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
 		return err
 	}
-	if err := buildDev(); err != nil {
+	if base != 0 {
+		if err := setUserNetSysctls(); err != nil {
+			return err
+		}
+	}
+	if err := buildDev(base); err != nil {
 		return err
 	}
-	if err := mountAt("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	if err := mountAt("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
 		return err
 	}
-	if err := maskPaths(); err != nil {
+	if err := maskPaths(base); err != nil {
 		return err
 	}
 	for i, b := range binaries {
-		if err := attachBinary(trees[i], b.Guest); err != nil {
+		if err := attachBinary(trees[i], b.Guest, base); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// ownedBy is the tmpfs and devpts option giving a new file system's root
+// to the sandbox's root (host id base).
+func ownedBy(base int) string { return fmt.Sprintf("uid=%d,gid=%d", base, base) }
+
 // attachBinary attaches the detached mount tree read-only at guest, over an
-// empty file made in the overlay.
-func attachBinary(tree int, guest string) error {
-	if err := os.MkdirAll(filepath.Dir(guest), 0o755); err != nil {
+// empty file made in the overlay (directories it makes belong to base).
+func attachBinary(tree int, guest string, base int) error {
+	if err := mkdirOwned(filepath.Dir(guest), base, base); err != nil {
 		return err
 	}
 	if f, err := os.OpenFile(guest, os.O_CREATE|os.O_RDONLY, 0o755); err != nil {
@@ -198,14 +230,20 @@ func openLoop(n int, scratch string) (*os.File, error) {
 	return os.OpenFile(node, os.O_RDWR|unix.O_CLOEXEC, 0)
 }
 
-func buildDev() error {
-	if err := mountAt("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=64k"); err != nil {
+// buildDev mounts /dev. Init makes the nodes (as host root, which a user
+// namespace could not) and gives everything to base, so that root owns
+// /dev in the sandbox.
+func buildDev(base int) error {
+	if err := mountAt("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=64k,"+ownedBy(base), base); err != nil {
 		return err
 	}
 	for _, d := range devices {
 		p := "/dev/" + d.name
 		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
 			return fmt.Errorf("making %s: %w", p, err)
+		}
+		if err := os.Lchown(p, base, base); err != nil {
+			return err
 		}
 	}
 	for _, l := range [][2]string{
@@ -215,11 +253,16 @@ func buildDev() error {
 		if err := os.Symlink(l[0], l[1]); err != nil {
 			return err
 		}
+		if err := os.Lchown(l[1], base, base); err != nil {
+			return err
+		}
 	}
-	if err := mountAt("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,gid=5"); err != nil {
+	// gid: the tty group (5) of the sandbox, as a host id.
+	ptsOpts := fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,gid=%d", base+5)
+	if err := mountAt("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsOpts, base); err != nil {
 		return err
 	}
-	if err := mountAt("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	if err := mountAt("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,"+ownedBy(base), base); err != nil {
 		return err
 	}
 	// Read-only: root in the sandbox has CAP_MKNOD but must not add nodes.
@@ -229,7 +272,7 @@ func buildDev() error {
 	return nil
 }
 
-func maskPaths() error {
+func maskPaths(base int) error {
 	for _, p := range maskedPaths {
 		fi, err := os.Stat(p)
 		if errors.Is(err, os.ErrNotExist) {
@@ -239,7 +282,7 @@ func maskPaths() error {
 			return err
 		}
 		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0")
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,"+ownedBy(base))
 		} else {
 			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
 		}
@@ -258,9 +301,10 @@ func maskPaths() error {
 	return nil
 }
 
-// mountAt makes the directory target (inside the new root) and mounts there.
-func mountAt(source, target, fstype string, flags uintptr, data string) error {
-	if err := os.MkdirAll(target, 0o755); err != nil {
+// mountAt makes the directory target (inside the new root, owned by base)
+// and mounts there.
+func mountAt(source, target, fstype string, flags uintptr, data string, base int) error {
+	if err := mkdirOwned(target, base, base); err != nil {
 		return err
 	}
 	if err := unix.Mount(source, target, fstype, flags, data); err != nil {

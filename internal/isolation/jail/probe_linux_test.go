@@ -96,6 +96,17 @@ func probeMain(args []string) int {
 			c.Wait()
 		}
 		return 0
+	case "raw":
+		// A raw socket, which takes CAP_NET_RAW in the network namespace's
+		// owner: the errno, or "ok".
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW, unix.IPPROTO_ICMP)
+		if err != nil {
+			fmt.Println(unix.ErrnoName(err.(unix.Errno)))
+			return 0
+		}
+		unix.Close(fd)
+		fmt.Println("ok")
+		return 0
 	case "fill":
 		f, err := os.Create(filepath.Clean(args[1]))
 		if err != nil {

@@ -18,6 +18,9 @@ type state struct {
 	// zero without networking.
 	Gateway netip.Addr `json:"gateway,omitzero"`
 	Address netip.Addr `json:"address,omitzero"`
+	// UsernsBase is the host id of the sandbox's root, the start of its
+	// reserved uid/gid range; zero without a user namespace.
+	UsernsBase uint32 `json:"userns_base,omitempty"`
 }
 
 // initConfig is what the host sends the sandbox's init on fd 3.
@@ -35,13 +38,33 @@ type initConfig struct {
 	Nameserver    string      `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
 	NoNewPrivs    bool        `json:"no_new_privs"`
 	UnshareCgroup bool        `json:"unshare_cgroup"` // cgroup v1: after cgroup.Add
+	// Userns, when set, runs envd in a user namespace, with the template
+	// idmapped at LowerDir (a host path, empty dir) as the overlay's lower.
+	Userns   *usernsConfig `json:"userns,omitempty"`
+	LowerDir string        `json:"lower_dir,omitempty"`
+	// EnvdStage is set only in what init sends the envd stage
+	// (forkEnvdStage), which then needs EnvdArgs and NoNewPrivs only.
+	EnvdStage *stageConfig `json:"envd_stage,omitempty"`
+
+	// A one-shot run (see Run) sets Upper, Work and Run instead of Disk
+	// and EnvdPath: the overlay's upper is a host directory and init runs
+	// Run's command in place of envd.
+	Upper string      `json:"upper,omitempty"`
+	Work  string      `json:"work,omitempty"`
+	Run   *runCommand `json:"run,omitempty"`
 }
 
 // initStatus is init's one reply on fd 4.
 type initStatus struct {
-	Error    string `json:"error,omitempty"`
-	EnvdPid  int    `json:"envd_pid,omitempty"`
-	Finished bool   `json:"finished"`
+	Error   string `json:"error,omitempty"`
+	EnvdPid int    `json:"envd_pid,omitempty"`
+	Userns  bool   `json:"userns,omitempty"` // envd runs in a user namespace
+	// UsernsFallback is why not, when one was asked for but refused.
+	UsernsFallback string `json:"userns_fallback,omitempty"`
+	Finished       bool   `json:"finished"`
+	// ExitCode is how Run's command ended: its exit status, or 128 plus
+	// the signal that killed it.
+	ExitCode int `json:"exit_code,omitempty"`
 }
 
 func validID(id string) error {

@@ -19,7 +19,7 @@ import (
 // Binaries are the host binaries BuildRootfs copies into /usr/bin.
 var Binaries = []string{
 	"bash", "sh", "ls", "cat", "id", "ps", "sleep", "echo", "head", "tail", "dd",
-	"mkdir", "touch", "stat", "grep", "wc", "uname", "true", "false", "env", "df", "rm", "sort", "tr",
+	"mkdir", "touch", "stat", "grep", "wc", "uname", "true", "false", "env", "df", "rm", "sort", "tr", "chown",
 }
 
 // BuildRootfs makes a root filesystem in root: Binaries and their shared
@@ -40,7 +40,7 @@ func BuildRootfs(root string) error {
 			return err
 		}
 	}
-	if err := os.Chmod(filepath.Join(root, "tmp"), 0o1777); err != nil {
+	if err := os.Chmod(filepath.Join(root, "tmp"), os.ModeSticky|0o777); err != nil {
 		return err
 	}
 	if err := os.Chown(filepath.Join(root, "home/user"), 1000, 1000); err != nil {
