@@ -81,6 +81,8 @@ func run(ctx context.Context, args []string, std streams) error {
 	switch args[0] {
 	case "serve":
 		return serveCommand.run(ctx, args[1:], std)
+	case "bench":
+		return benchCommand.run(ctx, args[1:], std)
 	case "sandbox", "keys":
 		return runGroup(ctx, args[0], args[1:], std)
 	case "help", "-h", "--help":
@@ -98,7 +100,7 @@ func run(ctx context.Context, args []string, std streams) error {
 func usage() string {
 	var b strings.Builder
 	b.WriteString(usageHead)
-	for _, c := range append([]*command{serveCommand}, commands...) {
+	for _, c := range append([]*command{serveCommand, benchCommand}, commands...) {
 		fmt.Fprintf(&b, "  %-16s %s\n", c.name, c.summary)
 	}
 	b.WriteString(usageTail)

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"net/http"
@@ -50,7 +51,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("looking up template %q: %w", req.Template, err)
 	}
-	if _, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl); err != nil {
+	ec, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl)
+	if err != nil {
 		return store.Sandbox{}, err
 	}
 
@@ -77,38 +79,66 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if denyPublicTraffic(req.Network) {
 		rec.TrafficAccessToken = newToken()
 	}
-	// Record the sandbox before anything exists, so a crash from here on
-	// leaves a "starting" record that reconcile cleans up.
+	if w := m.takeWarm(tmpl, ec); w != nil {
+		return m.handOut(ctx, w, rec, req, tmpl, ec)
+	}
+	if err := m.admit(); err != nil {
+		return store.Sandbox{}, err
+	}
+	defer m.release()
+	rec, err = m.record(ctx, rec)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	log := m.log.With("sandbox_id", rec.ID)
+	log.Info("creating sandbox", "template", tmpl.ID)
+	inst, err := m.boot(ctx, rec, tmpl, log)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return m.finish(ctx, rec, inst, tmpl, req.EnvVars, log, now)
+}
+
+// record stores rec, in state starting, under a new ID, before anything
+// exists: a crash from here on leaves a "starting" record that reconcile
+// cleans up.
+func (m *Manager) record(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
 	for attempt := 0; ; attempt++ {
 		rec.ID = newID()
-		rec, err = m.cfg.Store.CreateSandbox(ctx, rec)
+		out, err := m.cfg.Store.CreateSandbox(ctx, rec)
 		if err == nil {
-			break
+			return out, nil
 		}
 		if !errors.Is(err, store.ErrExists) || attempt == 3 {
 			return store.Sandbox{}, fmt.Errorf("recording new sandbox: %w", err)
 		}
 	}
-	log := m.log.With("sandbox_id", rec.ID)
-	log.Info("creating sandbox", "template", tmpl.ID)
+}
 
-	fail := func(inst isolation.Instance, step string, err error) (store.Sandbox, error) {
-		err = fmt.Errorf("creating sandbox %s: %s: %w", rec.ID, step, err)
-		bg := context.WithoutCancel(ctx)
-		m.detachNetwork(rec.ID)
-		if inst != nil {
-			if serr := inst.Stop(bg); serr != nil {
-				log.Error("stopping sandbox after a failed create", "err", serr)
-			}
-		} else if cerr := m.cfg.Backend.Cleanup(bg, rec.ID, nil); cerr != nil {
-			log.Error("cleaning up after a failed create", "err", cerr)
+// abort undoes a create that failed at step: it detaches the network,
+// stops inst (or cleans up by ID when there is none yet) and records the
+// error. It returns the error to give the caller.
+func (m *Manager) abort(ctx context.Context, id string, inst isolation.Instance, log *slog.Logger, step string, err error) error {
+	err = fmt.Errorf("creating sandbox %s: %s: %w", id, step, err)
+	bg := context.WithoutCancel(ctx)
+	m.detachNetwork(id)
+	if inst != nil {
+		if serr := inst.Stop(bg); serr != nil {
+			log.Error("stopping sandbox after a failed create", "err", serr)
 		}
-		if serr := m.cfg.Store.SetState(bg, rec.ID, store.StateError, err.Error()); serr != nil {
-			log.Error("recording a failed create", "err", serr)
-		}
-		return store.Sandbox{}, err
+	} else if cerr := m.cfg.Backend.Cleanup(bg, id, nil); cerr != nil {
+		log.Error("cleaning up after a failed create", "err", cerr)
 	}
+	if serr := m.cfg.Store.SetState(bg, id, store.StateError, err.Error()); serr != nil {
+		log.Error("recording a failed create", "err", serr)
+	}
+	return err
+}
 
+// boot starts the recorded sandbox rec of tmpl on the backend and attaches
+// its network; envd runs in it, not yet initialised. On error everything
+// is undone and recorded.
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, log *slog.Logger) (isolation.Instance, error) {
 	inst, err := m.cfg.Backend.Start(ctx, isolation.Spec{
 		ID:       rec.ID,
 		RootFS:   tmpl.RootFS,
@@ -122,21 +152,28 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		},
 	})
 	if err != nil {
-		return fail(nil, "starting", err)
+		return nil, m.abort(ctx, rec.ID, nil, log, "starting", err)
 	}
 	if err := m.cfg.Store.SetBackendState(ctx, rec.ID, inst.State()); err != nil {
-		return fail(inst, "recording backend state", err)
+		return nil, m.abort(ctx, rec.ID, inst, log, "recording backend state", err)
 	}
 	// Before envd runs anything: a start command may resolve names at once.
 	if err := m.attachNetwork(ctx, rec, inst, tmpl); err != nil {
-		return fail(inst, "attaching the network gateway", err)
+		return nil, m.abort(ctx, rec.ID, inst, log, "attaching the network gateway", err)
 	}
+	return inst, nil
+}
 
+// finish initialises envd in a booted sandbox with the template's and the
+// request's env vars and rec's access token, starts the template's
+// service, records the sandbox running and makes it live. t0 is when the
+// create call began, for the log.
+func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.Instance, tmpl *template.Template, envVars map[string]string, log *slog.Logger, t0 time.Time) (store.Sandbox, error) {
 	env := maps.Clone(tmpl.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
-	maps.Copy(env, req.EnvVars)
+	maps.Copy(env, envVars)
 	body := initBody{
 		EnvVars:        env,
 		DefaultUser:    cmp.Or(tmpl.User, defaultUser),
@@ -147,22 +184,22 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		body.AccessToken = &rec.EnvdAccessToken
 	}
 	if err := initEnvd(ctx, inst, body); err != nil {
-		return fail(inst, "initialising envd", err)
+		return store.Sandbox{}, m.abort(ctx, rec.ID, inst, log, "initialising envd", err)
 	}
 	if err := startService(ctx, inst, rec, tmpl); err != nil {
-		return fail(inst, "starting the template's service", err)
+		return store.Sandbox{}, m.abort(ctx, rec.ID, inst, log, "starting the template's service", err)
 	}
-
-	rec, err = m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
+	id := rec.ID
+	rec, err := m.cfg.Store.UpdateSandbox(ctx, id, func(sb *store.Sandbox) error {
 		sb.State = store.StateRunning
 		sb.BackendState = inst.State()
 		return nil
 	})
 	if err != nil {
-		return fail(inst, "recording running state", err)
+		return store.Sandbox{}, m.abort(ctx, id, inst, log, "recording running state", err)
 	}
 	m.register(m.newSandbox(rec, inst, log))
-	log.Info("sandbox running", "took", m.cfg.Now().Sub(now).Round(time.Millisecond))
+	log.Info("sandbox running", "took", m.cfg.Now().Sub(t0).Round(time.Millisecond))
 	return rec, nil
 }
 

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,10 +17,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
-	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
-	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
-	"golang.org/x/sys/unix"
 )
 
 // TestMain lets the test binary serve as the jail's re-executed init.
@@ -41,47 +36,8 @@ func TestMain(m *testing.M) {
 // command through Dial, pause/resume with a process kept, adoption by a
 // new manager, and kill.
 func TestJail(t *testing.T) {
-	testenv.RequireRoot(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := jailtest.BuildRootfs(rootfs); err != nil {
-		t.Fatalf("building rootfs: %v", err)
-	}
-	envdPath := testEnvd(t, dir)
-
-	runDir := filepath.Join(dir, "run")
-	cgParent := fmt.Sprintf("agent-sandbox-sbtest-%d", os.Getpid())
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	backend, err := jail.New(jail.Config{
-		StateDir:     filepath.Join(dir, "sandboxes"),
-		RunDir:       runDir,
-		CgroupParent: cgParent,
-		Log:          log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
-		for _, d := range jailtest.CgroupParentDirs(cgParent) {
-			_ = unix.Rmdir(d)
-		}
-	})
-	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	cfg := Config{
-		Store:   st,
-		Backend: backend,
-		Templates: fakeTemplates{"tiny": {
-			Name: "tiny", ID: "tiny-000000000000", RootFS: rootfs, User: "user", Workdir: "/home/user",
-		}},
-		EnvdPath: envdPath,
-		Log:      log,
-	}
+	cfg, backend, st := jailConfig(t)
 	newManager := func() *Manager {
 		m, err := New(cfg)
 		if err != nil {

@@ -70,6 +70,16 @@ type Config struct {
 	DefaultMemory int           // MB, default 512
 	DefaultDisk   int           // MB, default 1024
 	Now           func() time.Time
+
+	// WarmPools sizes the warm pool of each template, by name (pool.go);
+	// none when empty.
+	WarmPools map[string]PoolSize
+	// PoolIdle is how long a pool goes without a take before it shrinks a
+	// step (default DefaultPoolIdle).
+	PoolIdle time.Duration
+	// MaxSandboxes caps the sandboxes this server runs at once, warm pool
+	// members included; 0 = no cap.
+	MaxSandboxes int
 }
 
 // Defaults of the zero Config fields.
@@ -102,6 +112,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.PoolIdle <= 0 {
+		c.PoolIdle = DefaultPoolIdle
 	}
 }
 
@@ -137,8 +150,12 @@ type Manager struct {
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
 
-	mu        sync.Mutex // guards the fields below
+	kicks chan struct{} // wakes the pool loop
+
+	mu        sync.Mutex // guards the fields below and those of the pools
 	sandboxes map[string]*sandbox
+	pools     map[string]*pool // by template name
+	pending   int              // slots held by creates in flight and pool members
 	started   bool
 	closed    bool
 }
@@ -185,7 +202,9 @@ func New(cfg Config) (*Manager, error) {
 		cfg:       cfg,
 		log:       cfg.Log,
 		stop:      make(chan struct{}),
+		kicks:     make(chan struct{}, 1),
 		sandboxes: map[string]*sandbox{},
+		pools:     newPools(cfg.WarmPools, cfg.Now()),
 	}, nil
 }
 
@@ -204,11 +223,14 @@ func (m *Manager) Start(ctx context.Context) error {
 	}
 	m.goroutine(m.timeoutLoop)
 	m.goroutine(m.metricsLoop)
+	if len(m.pools) > 0 {
+		m.goroutine(m.poolLoop)
+	}
 	return nil
 }
 
-// Close stops background work. Running sandboxes keep running and are
-// adopted by the next server.
+// Close stops background work and discards the warm pools' members.
+// Running sandboxes keep running and are adopted by the next server.
 func (m *Manager) Close() error {
 	m.mu.Lock()
 	if m.closed {
@@ -219,6 +241,7 @@ func (m *Manager) Close() error {
 	close(m.stop)
 	m.mu.Unlock()
 	m.wg.Wait()
+	m.drainPools()
 	return nil
 }
 

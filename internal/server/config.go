@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
@@ -41,6 +42,15 @@ type Config struct {
 	// BandwidthMbit caps each sandbox's traffic, each way: the default
 	// and the most a create request may ask for. 0 = unlimited.
 	BandwidthMbit float64
+	// Userns is whether sandboxes run in user namespaces: auto (where
+	// the host allows, else without and a warning), on or off; "" = auto.
+	Userns string
+	// WarmPools sizes each template's pool of sandboxes booted ahead of
+	// demand; empty: no pools.
+	WarmPools map[string]sandbox.PoolSize
+	// MaxSandboxes caps the sandboxes running at once, pool members
+	// included; 0 = no cap.
+	MaxSandboxes int
 }
 
 // DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
@@ -48,7 +58,10 @@ const DefaultBandwidthMbit = 100
 
 // DefaultConfig returns the embedded defaults.
 func DefaultConfig() Config {
-	return Config{Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit}
+	return Config{
+		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
+		WarmPools: map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+	}
 }
 
 // DBPath is the SQLite database inside dataDir; the keys commands open it
@@ -67,8 +80,16 @@ func (c *Config) Validate() error {
 	if strings.Contains(c.Domain, "/") || strings.HasPrefix(c.Domain, ".") {
 		return fmt.Errorf("--domain %q: want a host name with an optional :port, e.g. sandbox.example.com", c.Domain)
 	}
+	switch c.Userns {
+	case "", "auto", "on", "off":
+	default:
+		return fmt.Errorf("--userns %q: want auto, on or off", c.Userns)
+	}
 	if c.BandwidthMbit < 0 {
 		return fmt.Errorf("--bandwidth-mbit %g: want 0 (unlimited) or more", c.BandwidthMbit)
+	}
+	if c.MaxSandboxes < 0 {
+		return fmt.Errorf("--max-sandboxes %d: want 0 (no cap) or more", c.MaxSandboxes)
 	}
 	if c.DNSUpstream != "" {
 		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {

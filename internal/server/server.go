@@ -75,6 +75,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Log:      log.With("component", "jail"),
 		Pool:     s.net.pool,
 		Firewall: s.net.firewall,
+		Userns:   jail.UsernsMode(cfg.Userns),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the jail backend: %w", err)
@@ -95,6 +96,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 			Down: uint64(cfg.BandwidthMbit * 1e6),
 			Up:   uint64(cfg.BandwidthMbit * 1e6),
 		},
+		WarmPools:    cfg.WarmPools,
+		MaxSandboxes: cfg.MaxSandboxes,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)

@@ -1,0 +1,188 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/client"
+)
+
+// Options configures a run. Zero fields take the defaults in setDefaults.
+type Options struct {
+	// ServerURL and APIKey name a running server to measure; empty: the
+	// run starts its own from Binary, twice (with and without the pool).
+	ServerURL, APIKey string
+	Binary            string   // agent-sandbox to start; default: this executable
+	DataDir           string   // the own servers' data dir; default /var/lib/agent-sandbox-bench
+	Listen            string   // the own servers' address; default a free loopback port
+	ServeArgs         []string // further flags for serve
+	StartTimeout      time.Duration
+	Template          string // default base
+	Pool              string // --warm-pool of the pooled server; default TEMPLATE=2
+	Quick             bool   // smoke mode: a few samples of every figure
+
+	Samples       int           // serial samples per latency figure (default 50, quick 3)
+	Gap           time.Duration // pause between pooled serial creates so the pool refills
+	MemoryBudget  int64         // host memory the density figure may fill (default 2 GiB)
+	MaxIdle       int           // most idle sandboxes the density figure starts (default 1000)
+	Progress      io.Writer     // progress lines; nil: none
+	now           func() time.Time
+	progressStart time.Time
+}
+
+func (o *Options) setDefaults() error {
+	if o.Binary == "" && o.ServerURL == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding the agent-sandbox binary: %w", err)
+		}
+		o.Binary = exe
+	}
+	if o.DataDir == "" {
+		o.DataDir = "/var/lib/agent-sandbox-bench"
+	}
+	if o.StartTimeout <= 0 {
+		o.StartTimeout = 15 * time.Minute // a first start builds the template
+	}
+	if o.Template == "" {
+		o.Template = client.DefaultTemplate
+	}
+	if o.Pool == "" {
+		o.Pool = o.Template + "=2"
+	}
+	if o.Samples <= 0 {
+		o.Samples = 50
+		if o.Quick {
+			o.Samples = 3
+		}
+	}
+	if o.Gap <= 0 {
+		o.Gap = 500 * time.Millisecond
+	}
+	if o.MemoryBudget <= 0 {
+		o.MemoryBudget = 2 << 30
+		if o.Quick {
+			o.MemoryBudget = 256 << 20
+		}
+	}
+	if o.MaxIdle <= 0 {
+		o.MaxIdle = 1000
+		if o.Quick {
+			o.MaxIdle = 10
+		}
+	}
+	o.now = time.Now
+	o.progressStart = o.now()
+	return nil
+}
+
+func (o *Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, "[%5.1fs] %s\n", time.Since(o.progressStart).Seconds(), fmt.Sprintf(format, args...))
+	}
+}
+
+// scale picks the full or the quick count.
+func (o *Options) scale(full, quick int) int {
+	if o.Quick {
+		return quick
+	}
+	return full
+}
+
+// Names of the figures that others use as their baseline.
+const (
+	figFloor       = "floor: fork+namespaces+exec true"
+	figFloorRate10 = "floor: processes/s, c=10"
+	figFloorRate50 = "floor: processes/s, c=50"
+	figHostBash    = "host: bash -l -c true"
+	figLoopback    = "loopback HTTP, 100 MiB"
+	figFloorMem    = "floor: idle namespaced process"
+)
+
+// Run measures everything and returns the report. It fails only when it
+// cannot measure; a missed target is a figure like any other.
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	r := &Report{StartedAt: opts.now(), Host: hostInfo(), Template: opts.Template, Quick: opts.Quick}
+	base, err := baselines(ctx, &opts)
+	if err != nil {
+		return nil, fmt.Errorf("measuring baselines: %w", err)
+	}
+	r.Figures = append(r.Figures, base...)
+
+	if opts.ServerURL != "" {
+		r.Server = opts.ServerURL
+		c, err := newClient(opts.ServerURL, opts.APIKey)
+		if err != nil {
+			return nil, err
+		}
+		figs, err := measurePooled(ctx, &opts, c, "create→ready, serial (server as configured)")
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, figs...)
+		r.Figures = append(r.Figures, skipped("create→ready, no pool, serial", "needs a server of its own (run without --server)"))
+		figs, err = measureCold(ctx, &opts, c, false)
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, figs...)
+	} else {
+		r.Server = fmt.Sprintf("own: %s serve --data-dir %s (--warm-pool %s, then none)", opts.Binary, opts.DataDir, opts.Pool)
+		figs, err := withServer(ctx, &opts, opts.Pool, func(c *client.Client) ([]*Figure, error) {
+			return measurePooled(ctx, &opts, c, "create→ready, warm pool, serial")
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, figs...)
+		figs, err = withServer(ctx, &opts, "none", func(c *client.Client) ([]*Figure, error) {
+			return measureCold(ctx, &opts, c, true)
+		})
+		if err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, figs...)
+	}
+	r.Duration = opts.now().Sub(r.StartedAt).Round(time.Second).String()
+	r.finish()
+	return r, nil
+}
+
+// withServer runs f against a server of its own with the given pool.
+func withServer(ctx context.Context, opts *Options, pool string, f func(*client.Client) ([]*Figure, error)) ([]*Figure, error) {
+	s, err := startServer(ctx, opts, pool)
+	if err != nil {
+		return nil, err
+	}
+	c, err := newClient(s.url, s.apiKey)
+	if err == nil {
+		var figs []*Figure
+		figs, err = f(c)
+		if serr := s.stop(); err == nil && serr != nil {
+			err = fmt.Errorf("stopping the server: %w", serr)
+		}
+		return figs, err
+	}
+	_ = s.stop()
+	return nil, err
+}
+
+// newClient talks to the server at url, routing sandbox traffic by header
+// through the same URL, with enough idle connections for c=50.
+func newClient(url, apiKey string) (*client.Client, error) {
+	return client.New(client.Config{
+		APIURL: url, SandboxURL: url, APIKey: apiKey,
+		HTTPClient: &http.Client{Transport: &http.Transport{
+			MaxIdleConnsPerHost: 64,
+			DisableCompression:  true,
+		}},
+	})
+}

@@ -1,0 +1,15 @@
+// Package bench is the benchmark harness behind `agent-sandbox bench`: it
+// starts its own server (twice: with the warm pool and without) or uses
+// one given by URL, drives it through the public Go client as an SDK would,
+// and measures create→ready latency and throughput, the round trip of a
+// command, file transfer through the router, kill latency and the host
+// memory of idle sandboxes. Baselines are measured in the same run on the
+// same host: the bare isolation floor (fork, new namespaces, exec of
+// /bin/true), bwrap and runsc where installed, the host running the same
+// command, and a loopback HTTP transfer. Every figure is measured; the
+// report shows each with its ratio to its baseline and the target from the
+// performance issue, as a table, JSON, or HTML with latency histograms.
+//
+// A benchmark is not a test: Run fails only when it cannot measure, never
+// because a figure misses its target.
+package bench

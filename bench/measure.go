@@ -1,0 +1,302 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/client"
+)
+
+// sandboxTimeout is the timeout of every sandbox the run creates: long
+// enough for the slowest figure, short enough that a crashed run cleans
+// up after itself.
+const sandboxTimeout = 10 * time.Minute
+
+// createReady creates a sandbox and runs `true` in it, as an SDK user
+// does before anything else: the create→ready time.
+func createReady(ctx context.Context, c *client.Client, tmpl string) (*client.Sandbox, time.Duration, error) {
+	t0 := time.Now()
+	sb, err := c.CreateSandbox(ctx, client.CreateOptions{Template: tmpl, Timeout: sandboxTimeout})
+	if err != nil {
+		return nil, 0, err
+	}
+	code, err := sb.Run(ctx, "true", client.RunOptions{})
+	d := time.Since(t0)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("`true` exited %d", code)
+	}
+	if err != nil {
+		_ = sb.Kill(context.WithoutCancel(ctx))
+		return nil, 0, err
+	}
+	return sb, d, nil
+}
+
+// serialCreates creates, readies and kills n sandboxes one at a time,
+// pausing gap after each kill, and returns the create→ready and kill
+// latencies.
+func serialCreates(ctx context.Context, c *client.Client, tmpl string, n int, gap time.Duration) (create, kill *Latency, err error) {
+	create, kill = &Latency{}, &Latency{}
+	for range n {
+		sb, d, err := createReady(ctx, c, tmpl)
+		if err != nil {
+			return nil, nil, err
+		}
+		create.add(d)
+		t0 := time.Now()
+		if err := sb.Kill(ctx); err != nil {
+			return nil, nil, err
+		}
+		kill.add(time.Since(t0))
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-time.After(gap):
+		}
+	}
+	return create, kill, nil
+}
+
+// throughput runs total create→ready→kill cycles from conc workers and
+// returns the completed creates per second of wall time and each
+// create→ready latency.
+func throughput(ctx context.Context, c *client.Client, tmpl string, conc, total int) (float64, *Latency, error) {
+	jobs := make(chan struct{}, total)
+	for range total {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	var mu sync.Mutex
+	lat := &Latency{}
+	var errs []error
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range conc {
+		wg.Go(func() {
+			for range jobs {
+				sb, d, err := createReady(ctx, c, tmpl)
+				if err == nil {
+					err = sb.Kill(ctx)
+				}
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					lat.add(d)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	if err := errors.Join(errs...); err != nil {
+		return 0, nil, fmt.Errorf("at concurrency %d: %w", conc, err)
+	}
+	return float64(total) / wall.Seconds(), lat, nil
+}
+
+// runTrue times n runs of `true` in sb (commands.run('true')).
+func runTrue(ctx context.Context, sb *client.Sandbox, n int) (*Latency, error) {
+	l := &Latency{}
+	for range n {
+		t0 := time.Now()
+		code, err := sb.Run(ctx, "true", client.RunOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if code != 0 {
+			return nil, fmt.Errorf("`true` exited %d", code)
+		}
+		l.add(time.Since(t0))
+	}
+	return l, nil
+}
+
+// transfer uploads and downloads size random bytes reps times through the
+// router and returns the median MB/s each way. The download is checked
+// against what was uploaded.
+func transfer(ctx context.Context, sb *client.Sandbox, size, reps int) (up, down float64, err error) {
+	data := make([]byte, size)
+	rng := rand.NewChaCha8([32]byte{1})
+	_, _ = rng.Read(data)
+	path := fmt.Sprintf("/home/user/bench-%d.bin", size)
+	var ul, dl Latency
+	for range reps {
+		t0 := time.Now()
+		if err := sb.WriteFile(ctx, path, data, client.FileOptions{}); err != nil {
+			return 0, 0, err
+		}
+		ul.add(time.Since(t0))
+		t0 = time.Now()
+		got, err := sb.ReadFile(ctx, path, client.FileOptions{})
+		if err != nil {
+			return 0, 0, err
+		}
+		dl.add(time.Since(t0))
+		if !bytes.Equal(got, data) {
+			return 0, 0, fmt.Errorf("downloaded %d bytes of %s differ from the %d uploaded", len(got), path, size)
+		}
+	}
+	return mbps(size, ul.Quantile(0.5)), mbps(size, dl.Quantile(0.5)), nil
+}
+
+// density starts idle sandboxes until the host's MemAvailable has dropped
+// by budget, max sandboxes run, or deadline passes; it reports the count
+// and the drop per sandbox in MB, and kills them all.
+func density(ctx context.Context, opts *Options, c *client.Client) (count int, perMB float64, err error) {
+	before, err := memAvailable()
+	if err != nil {
+		return 0, 0, err
+	}
+	var sbs []*client.Sandbox
+	defer func() { killAll(context.WithoutCancel(ctx), sbs) }()
+	deadline := time.Now().Add(time.Duration(opts.scale(600, 60)) * time.Second)
+	for len(sbs) < opts.MaxIdle && time.Now().Before(deadline) {
+		sb, _, err := createReady(ctx, c, opts.Template)
+		if err != nil {
+			return 0, 0, fmt.Errorf("idle sandbox %d: %w", len(sbs)+1, err)
+		}
+		sbs = append(sbs, sb)
+		if len(sbs)%10 == 0 {
+			opts.progress("density: %d idle sandboxes", len(sbs))
+		}
+		if now, err := memAvailable(); err == nil && before-now >= opts.MemoryBudget {
+			break
+		}
+	}
+	time.Sleep(time.Second) // let the last ones settle
+	after, err := memAvailable()
+	if err != nil {
+		return 0, 0, err
+	}
+	return len(sbs), float64(before-after) / float64(len(sbs)) / 1e6, nil
+}
+
+// killAll kills sbs from 8 workers.
+func killAll(ctx context.Context, sbs []*client.Sandbox) {
+	ch := make(chan *client.Sandbox)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for sb := range ch {
+				_ = sb.Kill(ctx)
+			}
+		})
+	}
+	for _, sb := range sbs {
+		ch <- sb
+	}
+	close(ch)
+	wg.Wait()
+}
+
+// measurePooled measures, on a server with its warm pool, serial
+// create→ready (named createName) and kill, throughput at c=10 and c=50,
+// the command round trip and transfers.
+func measurePooled(ctx context.Context, opts *Options, c *client.Client, createName string) ([]*Figure, error) {
+	opts.progress("serial creates (%d, %v apart so the pool refills)", opts.Samples, opts.Gap)
+	// The first create pays for cold caches; it is not a sample.
+	if _, _, err := serialCreates(ctx, c, opts.Template, 1, opts.Gap); err != nil {
+		return nil, fmt.Errorf("warm-up create: %w", err)
+	}
+	create, kill, err := serialCreates(ctx, c, opts.Template, opts.Samples, opts.Gap)
+	if err != nil {
+		return nil, fmt.Errorf("serial creates: %w", err)
+	}
+	fc := latencyFigure(createName, create)
+	fc.Baseline, fc.target = figFloor, p50p99(5, 20)
+	fk := latencyFigure("kill", kill)
+	fk.Baseline = figFloor
+	figs := []*Figure{fc}
+
+	for _, tc := range []struct {
+		c, total int
+		floor    string
+	}{{10, opts.scale(100, 10), figFloorRate10}, {50, opts.scale(200, 50), figFloorRate50}} {
+		opts.progress("throughput: %d creates at concurrency %d", tc.total, tc.c)
+		rate, lat, err := throughput(ctx, c, opts.Template, tc.c, tc.total)
+		if err != nil {
+			return nil, fmt.Errorf("throughput: %w", err)
+		}
+		f := &Figure{Name: fmt.Sprintf("creates/s, c=%d", tc.c), Unit: "/s", Value: rate, N: tc.total, Baseline: tc.floor,
+			Note: "each worker creates, runs true, kills; the warm pool serves what it has, the rest are cold"}
+		fl := latencyFigure(fmt.Sprintf("create→ready at c=%d", tc.c), lat)
+		fl.Baseline = figFloor
+		if tc.c == 50 {
+			f.target = atLeast(30, "/s")
+		}
+		figs = append(figs, f, fl)
+	}
+
+	opts.progress("command round trip and transfers")
+	sb, _, err := createReady(ctx, c, opts.Template)
+	if err != nil {
+		return nil, err
+	}
+	defer sb.Kill(context.WithoutCancel(ctx))
+	rt, err := runTrue(ctx, sb, opts.scale(200, 10))
+	if err != nil {
+		return nil, fmt.Errorf("commands.run('true'): %w", err)
+	}
+	fr := latencyFigure("commands.run('true') round trip", rt)
+	fr.Baseline, fr.target = figHostBash, p50At(2)
+	figs = append(figs, fr)
+	for _, t := range []struct {
+		label     string
+		size, rep int
+	}{{"1 MiB", 1 << 20, opts.scale(20, 3)}, {"100 MiB", 100 << 20, opts.scale(3, 1)}} {
+		up, down, err := transfer(ctx, sb, t.size, t.rep)
+		if err != nil {
+			return nil, fmt.Errorf("transfer of %s: %w", t.label, err)
+		}
+		fu := &Figure{Name: "upload " + t.label, Unit: "MB/s", Value: up, N: t.rep, Baseline: figLoopback}
+		fd := &Figure{Name: "download " + t.label, Unit: "MB/s", Value: down, N: t.rep, Baseline: figLoopback}
+		if t.size == 100<<20 {
+			fu.target, fd.target = atLeast(500, "MB/s"), atLeast(500, "MB/s")
+		}
+		figs = append(figs, fu, fd)
+	}
+	return append(figs, fk), nil
+}
+
+// measureCold measures, on a server without a pool (own), serial
+// create→ready; and on any server, density.
+func measureCold(ctx context.Context, opts *Options, c *client.Client, own bool) ([]*Figure, error) {
+	var figs []*Figure
+	if own {
+		opts.progress("serial creates without a pool (%d)", opts.Samples)
+		if _, _, err := serialCreates(ctx, c, opts.Template, 1, 0); err != nil {
+			return nil, fmt.Errorf("warm-up create: %w", err)
+		}
+		create, _, err := serialCreates(ctx, c, opts.Template, opts.Samples, 0)
+		if err != nil {
+			return nil, fmt.Errorf("serial creates without a pool: %w", err)
+		}
+		f := latencyFigure("create→ready, no pool, serial", create)
+		f.Baseline, f.target = figFloor, p50At(50)
+		figs = append(figs, f)
+	}
+	opts.progress("density: idle sandboxes until MemAvailable drops by %d MiB (at most %d)", opts.MemoryBudget>>20, opts.MaxIdle)
+	count, per, err := density(ctx, opts, c)
+	if err != nil {
+		return nil, fmt.Errorf("density: %w", err)
+	}
+	fm := &Figure{Name: "host memory per idle sandbox", Unit: "MB", Value: per, N: count, Baseline: figFloorMem, target: atMost(12, "MB"),
+		Note: "host MemAvailable drop over the idle sandboxes started, per sandbox; other work on the host moves it"}
+	fn := &Figure{Name: "idle sandboxes started in the budget", Unit: "sandboxes", Value: float64(count), N: count}
+	figs = append(figs, fm, fn)
+	if per > 0 {
+		figs = append(figs, &Figure{Name: "idle sandboxes per 24 GiB (extrapolated)", Unit: "sandboxes", Value: float64(24<<30) / (per * 1e6), N: count,
+			target: atLeast(1000, "sandboxes"), Note: "24 GiB divided by the measured memory per idle sandbox, not a run to 1,000"})
+	}
+	return figs, nil
+}
