@@ -49,6 +49,8 @@ type Config struct {
 	// Domain is returned as the sandbox domain; empty gives null, so the
 	// SDK keeps using its own E2B_DOMAIN.
 	Domain string
+	// Templates serves the template build API; nil leaves it out.
+	Templates *TemplateBuilds
 	// Ready reports whether the server can take requests (GET /health);
 	// nil means always ready.
 	Ready func() bool
@@ -66,6 +68,7 @@ type Config struct {
 type Handler struct {
 	sandboxes   Sandboxes
 	keys        Keys
+	templates   *TemplateBuilds
 	envdVersion string
 	domain      string
 	ready       func() bool
@@ -88,6 +91,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		sandboxes:   cfg.Sandboxes,
 		keys:        cfg.Keys,
+		templates:   cfg.Templates,
 		envdVersion: cfg.EnvdVersion,
 		domain:      cfg.Domain,
 		ready:       cfg.Ready,
@@ -134,6 +138,9 @@ func (h *Handler) routes() {
 	h.mux.Handle("GET /sandboxes/{id}/metrics", h.auth(h.metrics))
 	h.mux.Handle("PUT /sandboxes/{id}/network", h.auth(h.updateNetwork))
 	h.mux.Handle("GET /sandboxes/{id}/network/audit", h.auth(h.egressAudit))
+	if h.templates != nil {
+		h.templateRoutes()
+	}
 }
 
 // probeMethods are tried to tell "wrong method" (405) from "no such path".

@@ -83,7 +83,7 @@ func run(ctx context.Context, args []string, std streams) error {
 		return serveCommand.run(ctx, args[1:], std)
 	case "bench":
 		return benchCommand.run(ctx, args[1:], std)
-	case "sandbox", "keys":
+	case "sandbox", "keys", "template":
 		return runGroup(ctx, args[0], args[1:], std)
 	case "help", "-h", "--help":
 		fmt.Fprint(std.stdout, usage())

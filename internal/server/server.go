@@ -36,6 +36,7 @@ type Server struct {
 	progress  io.Writer
 	store     *store.Store
 	templates *template.Builder
+	builds    *api.TemplateBuilds
 	manager   *sandbox.Manager
 	router    *router.Router
 	net       *sandboxNetwork
@@ -87,7 +88,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	s.manager, err = sandbox.New(sandbox.Config{
 		Store:     st,
 		Backend:   backend,
-		Templates: s.templates,
+		Templates: templateRegistry{builder: s.templates, store: st},
 		EnvdPath:  cfg.EnvdPath,
 		Tools:     map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
 		Log:       log.With("component", "sandbox"),
@@ -101,6 +102,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
+	}
+	if s.builds, err = api.NewTemplateBuilds(ctx, api.TemplateConfig{
+		Builder: apiBuilder{s.templates},
+		Records: st,
+		Log:     log.With("component", "template-api"),
+	}); err != nil {
+		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}
 	if s.handler, err = s.routes(); err != nil {
 		return nil, err
@@ -190,6 +198,7 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 
 	select {
 	case err := <-errc:
+		s.builds.Close()
 		s.manager.Close()
 		return fmt.Errorf("serving: %w", err)
 	case <-ctx.Done():
@@ -200,6 +209,7 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	if err := hs.Shutdown(shutdownCtx); err != nil {
 		hs.Close() // streams never go idle by themselves
 	}
+	s.builds.Close()
 	return s.manager.Close()
 }
 
@@ -255,6 +265,7 @@ func (s *Server) routes() (http.Handler, error) {
 		Keys:        s.store,
 		EnvdVersion: envd.Version,
 		Domain:      s.cfg.Domain,
+		Templates:   s.builds,
 		Ready:       s.ready.Load,
 		Log:         s.log.With("component", "api"),
 	})

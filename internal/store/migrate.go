@@ -47,6 +47,41 @@ CREATE TABLE api_keys (
 	last_used_at INTEGER
 ) STRICT;
 `,
+	// 2: template builds of the E2B template build API (see template.go).
+	`
+CREATE TABLE template_builds (
+	id             TEXT PRIMARY KEY NOT NULL,
+	template       TEXT NOT NULL,
+	status         TEXT NOT NULL CHECK (status IN ('waiting', 'building', 'ready', 'error')),
+	tags           TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(tags)),
+	version_id     TEXT NOT NULL DEFAULT '',
+	reason_message TEXT NOT NULL DEFAULT '',
+	reason_step    TEXT NOT NULL DEFAULT '',
+	reason_logs    TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(reason_logs)),
+	created_at     INTEGER NOT NULL,
+	started_at     INTEGER,
+	finished_at    INTEGER
+) STRICT;
+CREATE INDEX template_builds_template ON template_builds (template, status, finished_at);
+
+CREATE TABLE template_build_logs (
+	build_id TEXT NOT NULL REFERENCES template_builds (id) ON DELETE CASCADE,
+	seq      INTEGER NOT NULL,
+	time     INTEGER NOT NULL,
+	level    TEXT NOT NULL,
+	message  TEXT NOT NULL,
+	step     TEXT NOT NULL DEFAULT '',
+	PRIMARY KEY (build_id, seq)
+) STRICT;
+
+CREATE TABLE template_tags (
+	template   TEXT NOT NULL,
+	tag        TEXT NOT NULL,
+	build_id   TEXT NOT NULL REFERENCES template_builds (id) ON DELETE CASCADE,
+	created_at INTEGER NOT NULL,
+	PRIMARY KEY (template, tag)
+) STRICT;
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,

@@ -317,7 +317,7 @@ func (b *Builder) instruction(ctx context.Context, log *slog.Logger, rep *report
 // the package install).
 func (b *Builder) runLayer(ctx context.Context, log *slog.Logger, rep *reporter, st *imageState, key string, step int, in Instruction) error {
 	return b.cachedLayer(ctx, log, rep, st, key, step, in, func(diff, work, scratch string) error {
-		own, err := resolveOwner(st.readFile, st.user)
+		own, err := resolveOwner(st.readFile, cmp.Or(in.User, st.user))
 		if err != nil {
 			return err
 		}

@@ -32,6 +32,10 @@ type Instruction struct {
 	// the image, like Docker's COPY --chown. Empty means root, Docker's
 	// default: the current USER does not matter.
 	Chown string `json:"chown,omitempty"`
+	// User, for RUN, runs the command as this user ("user", "user:group",
+	// "uid:gid") instead of the current USER, without changing it: the E2B
+	// SDK's runCmd(cmd, {user}), which aptInstall uses to run as root.
+	User string `json:"user,omitempty"`
 	// Force reruns this step, and every one after it, even when cached.
 	Force bool `json:"force,omitempty"`
 }
@@ -72,6 +76,10 @@ func (in Instruction) String() string {
 		if in.Chown != "" {
 			return "COPY --chown=" + in.Chown + " " + strings.Join(in.Args, " ")
 		}
+	case OpRun:
+		if in.User != "" {
+			return "RUN (as " + in.User + ") " + strings.Join(in.Args, " ")
+		}
 	}
 	return strings.TrimSpace(in.Op + " " + strings.Join(in.Args, " "))
 }
@@ -80,7 +88,9 @@ func (in Instruction) String() string {
 // optionally a group name or gid.
 var ownerRE = regexp.MustCompile(`^([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10})(:([a-z_][a-z0-9_-]{0,31}|[0-9]{1,10}))?$`)
 
-func (in Instruction) validate() error {
+// Validate reports the first problem with in, as [Spec.Validate] would:
+// front ends call it to name the line an instruction came from.
+func (in Instruction) Validate() error {
 	for _, a := range in.Args {
 		if strings.ContainsRune(a, 0) {
 			return errors.New("argument contains a NUL byte")
@@ -88,6 +98,9 @@ func (in Instruction) validate() error {
 	}
 	if in.Op != OpCopy && (in.FilesHash != "" || in.Chown != "") {
 		return fmt.Errorf("%s takes no files hash or owner", in.Op)
+	}
+	if in.User != "" && (in.Op != OpRun || !ownerRE.MatchString(in.User)) {
+		return fmt.Errorf("%s as user %q: only RUN takes a user, user[:group] or uid[:gid]", in.Op, in.User)
 	}
 	switch in.Op {
 	case OpRun:

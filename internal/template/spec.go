@@ -185,7 +185,7 @@ func (s Spec) Validate() error {
 		}
 	}
 	for i, in := range s.Instructions {
-		if err := in.validate(); err != nil {
+		if err := in.Validate(); err != nil {
 			return fmt.Errorf("template %s: instruction %d (%s): %w", s.Name, i+1, in, err)
 		}
 	}

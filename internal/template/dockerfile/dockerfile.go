@@ -6,7 +6,8 @@
 //
 //	FROM <template> | debian:<suite>     (one stage; no OCI images yet)
 //	RUN  (shell and exec form)
-//	COPY, ADD                            (local files; --chown only)
+//	COPY, ADD                            (local files; --chown only; ADD does
+//	                                      not fetch URLs or unpack archives)
 //	ENV, WORKDIR, USER, ARG
 //	CMD, ENTRYPOINT                      (the template's start command)
 //
@@ -39,7 +40,7 @@ type Options struct {
 	BuildArgs map[string]string
 	// Pack stores the build-context files that a COPY names (context
 	// paths, possibly globs) as a context archive and returns its hash
-	// (see template.Builder.ContextArchive).
+	// (see [Pack] and template.Builder.ContextArchive).
 	Pack func(srcs []string) (string, error)
 }
 
@@ -50,6 +51,9 @@ type Result struct {
 	// Base, when not nil, is the template Spec.From names and that must
 	// be built first: the Debian system of a FROM debian:<suite>.
 	Base *template.Spec
+	// Lines holds the Dockerfile line of each of Spec.Instructions, so
+	// that a failed build step can be traced to its line.
+	Lines []int
 }
 
 // Error is a problem with one line of the Dockerfile.
@@ -78,11 +82,16 @@ func DebianBase(suite string) template.Spec {
 
 // translator holds the state of one translation.
 type translator struct {
-	opts  Options
-	lex   *shell.Lex
-	args  map[string]string // ARGs in scope, with their values
+	opts Options
+	lex  *shell.Lex
+	args map[string]string // ARGs in scope, with their values
+	// meta are the ARGs declared before FROM: only FROM sees them, and an
+	// ARG without a value after FROM takes its value from them, as in
+	// Docker.
+	meta  map[string]string
 	env   map[string]string // ENV so far, for expansion
 	res   Result
+	line  int      // the line of the instruction being translated
 	seen  bool     // FROM seen
 	entry []string // ENTRYPOINT, quoted for the shell
 	cmd   []string // CMD, likewise
@@ -92,6 +101,10 @@ type translator struct {
 func Translate(r io.Reader, opts Options) (*Result, error) {
 	ast, err := parser.Parse(r)
 	if err != nil {
+		var le *parser.LocationError
+		if errors.As(err, &le) && len(le.Locations) > 0 && len(le.Locations[0]) > 0 {
+			return nil, &Error{Line: le.Locations[0][0].Start.Line, Msg: le.Error()}
+		}
 		return nil, fmt.Errorf("parsing Dockerfile: %w", err)
 	}
 	t := &translator{
@@ -100,6 +113,7 @@ func Translate(r io.Reader, opts Options) (*Result, error) {
 	}
 	t.res.Spec.Name = opts.Name
 	for _, n := range ast.AST.Children {
+		t.line = n.StartLine
 		if err := t.node(n); err != nil {
 			var e *Error
 			if errors.As(err, &e) {
@@ -188,7 +202,7 @@ func noFlags(n *parser.Node) error {
 
 func (t *translator) from(n *parser.Node, words []string) error {
 	if t.seen {
-		return errors.New("a second FROM: multi-stage builds are not supported")
+		return fmt.Errorf("a second FROM: multi-stage builds are not supported (one FROM; supported: %s)", Supported)
 	}
 	if err := noFlags(n); err != nil {
 		return err
@@ -202,7 +216,7 @@ func (t *translator) from(n *parser.Node, words []string) error {
 	}
 	t.seen = true
 	// ARGs before FROM are only for FROM, as in Docker.
-	t.args = map[string]string{}
+	t.meta, t.args = t.args, map[string]string{}
 	if m := debianRE.FindStringSubmatch(image); m != nil {
 		base := DebianBase(m[1])
 		t.res.Base = &base
@@ -229,6 +243,9 @@ func (t *translator) arg(n *parser.Node, words []string) error {
 				return err
 			}
 			def = v
+		}
+		if v, ok := t.meta[name]; ok && !hasDef {
+			def, hasDef = v, true
 		}
 		if v, ok := t.opts.BuildArgs[name]; ok {
 			def, hasDef = v, true
@@ -290,6 +307,11 @@ func (t *translator) copy(n *parser.Node, op string, words []string) error {
 		if strings.Contains(s, "://") || strings.HasPrefix(s, "git@") {
 			return fmt.Errorf("%s %s: only local files of the build context can be copied", op, s)
 		}
+		// Docker's ADD unpacks a local archive; copying it whole instead
+		// would build something else without a word.
+		if op == "ADD" && isArchive(s) {
+			return fmt.Errorf("ADD %s: unpacking archives is not supported; COPY it and unpack it with RUN tar", s)
+		}
 	}
 	if t.opts.Pack == nil {
 		return errors.New("no build context to copy from")
@@ -318,9 +340,26 @@ func (t *translator) envNode(words []string) error {
 	return t.add(in)
 }
 
+// add appends in to the spec, checked as the builder will check it, so
+// that a bad value is reported with its line.
 func (t *translator) add(in template.Instruction) error {
+	if err := in.Validate(); err != nil {
+		return err
+	}
 	t.res.Spec.Instructions = append(t.res.Spec.Instructions, in)
+	t.res.Lines = append(t.res.Lines, t.line)
 	return nil
+}
+
+// isArchive reports whether ADD would unpack name: Docker looks at the
+// content, this only at the usual suffixes.
+func isArchive(name string) bool {
+	for _, ext := range []string{".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"} {
+		if strings.HasSuffix(strings.ToLower(name), ext) {
+			return true
+		}
+	}
+	return false
 }
 
 // expand processes a word as Docker does: quotes removed, $VAR and ${VAR}

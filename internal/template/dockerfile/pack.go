@@ -15,7 +15,23 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
+
+// Packer returns an [Options.Pack] that packs from contextDir into b's
+// context archives, where the COPY steps b builds look for them.
+func Packer(contextDir string, b *template.Builder) func(srcs []string) (string, error) {
+	// Every archive is in one directory; only the file name is the hash.
+	outDir := filepath.Dir(b.ContextArchive(strings.Repeat("0", 64)))
+	return func(srcs []string) (string, error) {
+		h, err := Pack(contextDir, srcs, outDir)
+		if err == nil && filepath.Join(outDir, h+".tar") != b.ContextArchive(h) {
+			err = fmt.Errorf("build context archive %s is not where the builder looks for it", h)
+		}
+		return h, err
+	}
+}
 
 // Pack writes the files of contextDir that srcs name (paths relative to
 // the context, possibly globs; a directory brings its whole tree) to a tar

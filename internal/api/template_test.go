@@ -1,0 +1,340 @@
+package api
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
+)
+
+// fakeBuilder is a hand-written TemplateBuilder: Build logs one line per
+// instruction (with its step) and succeeds, or fails with fail.
+type fakeBuilder struct {
+	dir  string
+	fail error
+
+	mu    sync.Mutex // guards specs and built
+	specs []template.Spec
+	built map[string]*template.Template
+}
+
+func (f *fakeBuilder) Build(ctx context.Context, spec template.Spec, log *slog.Logger) (*template.Template, error) {
+	f.mu.Lock()
+	f.specs = append(f.specs, spec)
+	f.mu.Unlock()
+	for i, in := range spec.Instructions {
+		log.Info(in.String(), "step", i+1)
+		log.Info(fmt.Sprintf("output of step %d", i+1), "step", i+1)
+	}
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	t := &template.Template{Name: spec.Name, ID: template.ID(spec.Name, "0123456789abcdef"), Spec: spec}
+	f.mu.Lock()
+	f.built[spec.Name] = t
+	f.mu.Unlock()
+	return t, nil
+}
+
+func (f *fakeBuilder) ContextArchive(h string) string { return filepath.Join(f.dir, h+".tar") }
+
+func (f *fakeBuilder) Lookup(ref string) (*template.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t, ok := f.built[ref]; ok {
+		return t, nil
+	}
+	return nil, template.ErrNotFound
+}
+
+// newTemplateAPI returns an API with the template build API over a fresh
+// store and f.
+func newTemplateAPI(t *testing.T, f *fakeBuilder) *Handler {
+	t.Helper()
+	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "store.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.AddAPIKey(context.Background(), "test", testKey); err != nil {
+		t.Fatal(err)
+	}
+	f.dir, f.built = t.TempDir(), map[string]*template.Template{}
+	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxUploadBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		tb.Close()
+		st.Close()
+	})
+	h := newHandler(t, newFake(), func(c *Config) { c.Keys = st; c.Templates = tb })
+	return h
+}
+
+// call serves one request and decodes the JSON answer into out (if not nil).
+func call(t *testing.T, h http.Handler, method, target, body string, header map[string]string, out any) int {
+	t.Helper()
+	w := serve(h, apiCase{method: method, target: target, body: body, header: header})
+	if out != nil && w.Body.Len() > 0 {
+		if err := json.Unmarshal(w.Body.Bytes(), out); err != nil {
+			t.Fatalf("%s %s: decoding %q: %v", method, target, w.Body.String(), err)
+		}
+	}
+	return w.Code
+}
+
+// tarGz returns a gzipped tar holding name with content.
+func tarGz(t *testing.T, name, content string) string {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(content))}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write([]byte(content))
+	tw.Close()
+	zw.Close()
+	return buf.String()
+}
+
+// waitBuild polls the build status until it is no longer building.
+func waitBuild(t *testing.T, h http.Handler, tmpl, build string) buildStatusView {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var st buildStatusView
+		if code := call(t, h, "GET", "/templates/"+tmpl+"/builds/"+build+"/status", "", nil, &st); code != 200 {
+			t.Fatalf("status: %d", code)
+		}
+		if st.Status != "building" {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("build still building after 5 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+const testHash = "1111111111111111111111111111111111111111111111111111111111111111"
+
+func TestTemplateBuildFlow(t *testing.T) {
+	f := &fakeBuilder{}
+	h := newTemplateAPI(t, f)
+
+	var req templateView
+	if code := call(t, h, "POST", "/v3/templates", `{"name":"demo:v1","tags":["stable"],"cpuCount":2}`, nil, &req); code != 202 {
+		t.Fatalf("request: %d", code)
+	}
+	if diff := cmp.Diff(templateView{TemplateID: "demo", BuildID: req.BuildID, Names: []string{"demo"},
+		Tags: []string{"stable", "v1"}, Aliases: []string{"demo"}}, req); diff != "" {
+		t.Errorf("request answer (-want +got):\n%s", diff)
+	}
+
+	// The upload link, the upload, and then the context is present.
+	var link fileLinkView
+	if code := call(t, h, "GET", "/templates/demo/files/"+testHash, "", nil, &link); code != 201 || link.Present {
+		t.Fatalf("file link: %d %+v", code, link)
+	}
+	if want := "http://example.com/templates/demo/files/" + testHash; link.URL != want {
+		t.Errorf("upload url %q, want %q", link.URL, want)
+	}
+	archive := tarGz(t, "greeting.txt", "hello\n")
+	if code := call(t, h, "PUT", "/templates/demo/files/"+testHash, archive, map[string]string{"X-API-Key": ""}, nil); code != 403 {
+		t.Errorf("upload without token: %d, want 403", code)
+	}
+	if code := call(t, h, "PUT", "/templates/demo/files/"+testHash, archive, link.Headers, nil); code != 200 {
+		t.Fatalf("upload: %d", code)
+	}
+	if code := call(t, h, "PUT", "/templates/demo/files/"+testHash, archive, link.Headers, nil); code != 403 {
+		t.Errorf("second upload with the same token: %d, want 403", code)
+	}
+	link = fileLinkView{}
+	if code := call(t, h, "GET", "/templates/demo/files/"+testHash, "", nil, &link); code != 201 || !link.Present || link.URL != "" {
+		t.Errorf("file link after upload: %d %+v", code, link)
+	}
+
+	// What the SDK sends for aptInstall, copy, runCmd, setEnvs, setWorkdir, setUser.
+	body := `{"fromTemplate":"base","force":false,"steps":[
+		{"type":"RUN","args":["apt-get update && apt-get install -y jq","root"],"force":false},
+		{"type":"COPY","args":["greeting.txt","/home/user/greeting.txt","",""],"filesHash":"` + testHash + `","force":false,"gzip":true},
+		{"type":"ENV","args":["A","1","B","2"],"force":false},
+		{"type":"WORKDIR","args":["/srv"],"force":false},
+		{"type":"USER","args":["user"],"force":true}],
+		"startCmd":"python3 -m http.server 8000","readyCmd":"[ -n \"$(ss -Htuln sport = :8000)\" ]"}`
+	if code := call(t, h, "POST", "/v2/templates/demo/builds/"+req.BuildID, body, nil, nil); code != 202 {
+		t.Fatalf("trigger: %d", code)
+	}
+	st := waitBuild(t, h, "demo", req.BuildID)
+	if st.Status != "ready" || st.Reason != nil {
+		t.Fatalf("status %+v", st)
+	}
+	want := template.Spec{Name: "demo", From: "base", StartCmd: "python3 -m http.server 8000", ReadyPort: 8000,
+		Instructions: []template.Instruction{
+			{Op: "RUN", Args: []string{"apt-get update && apt-get install -y jq"}, User: "root"},
+			{Op: "COPY", Args: []string{"greeting.txt", "/home/user/greeting.txt"}, FilesHash: testHash},
+			{Op: "ENV", Args: []string{"A", "1", "B", "2"}},
+			{Op: "WORKDIR", Args: []string{"/srv"}},
+			{Op: "USER", Args: []string{"user"}, Force: true},
+		}}
+	if diff := cmp.Diff([]template.Spec{want}, f.specs); diff != "" {
+		t.Errorf("spec built (-want +got):\n%s", diff)
+	}
+	// Every step's lines carry its number; the log pages by logsOffset.
+	var steps []string
+	for _, e := range st.LogEntries {
+		if e.Step != "" {
+			steps = append(steps, e.Step+": "+e.Message)
+		}
+	}
+	if len(steps) != 10 || steps[1] != "1: output of step 1" || steps[9] != "5: output of step 5" {
+		t.Errorf("step log lines: %q", steps)
+	}
+	var page buildStatusView
+	call(t, h, "GET", fmt.Sprintf("/templates/demo/builds/%s/status?logsOffset=%d", req.BuildID, len(st.LogEntries)-1), "", nil, &page)
+	if len(page.LogEntries) != 1 || page.LogEntries[0] != st.LogEntries[len(st.LogEntries)-1] || len(page.Logs) != 1 {
+		t.Errorf("last page: %+v", page)
+	}
+	call(t, h, "GET", fmt.Sprintf("/templates/demo/builds/%s/status?logsOffset=%d", req.BuildID, len(st.LogEntries)), "", nil, &page)
+	if len(page.LogEntries) != 0 || page.Status != "ready" {
+		t.Errorf("page past the end: %+v", page)
+	}
+
+	if code := call(t, h, "POST", "/v2/templates/demo/builds/"+req.BuildID, body, nil, nil); code != 409 {
+		t.Errorf("second trigger: %d, want 409", code)
+	}
+	var alias map[string]any
+	if code := call(t, h, "GET", "/templates/aliases/demo", "", nil, &alias); code != 200 || alias["templateID"] != "demo" {
+		t.Errorf("alias: %d %v", code, alias)
+	}
+	var tags []tagView
+	call(t, h, "GET", "/templates/demo/tags", "", nil, &tags)
+	if len(tags) != 2 || tags[0].Tag != "stable" || tags[1].Tag != "v1" || tags[0].BuildID != req.BuildID {
+		t.Errorf("tags: %+v", tags)
+	}
+	var assigned map[string]any
+	if code := call(t, h, "POST", "/templates/tags", `{"target":"demo:v1","tags":["prod"]}`, nil, &assigned); code != 201 || assigned["buildID"] != req.BuildID {
+		t.Errorf("assign tags: %d %v", code, assigned)
+	}
+	if code := call(t, h, "DELETE", "/templates/tags", `{"name":"demo","tags":["prod"]}`, nil, nil); code != 204 {
+		t.Errorf("remove tags: %d", code)
+	}
+	if code := call(t, h, "DELETE", "/templates/tags", `{"name":"demo","tags":["prod"]}`, nil, nil); code != 404 {
+		t.Errorf("remove a removed tag: %d, want 404", code)
+	}
+}
+
+func TestTemplateBuildStepFailure(t *testing.T) {
+	in := template.Instruction{Op: "RUN", Args: []string{"exit 3"}}
+	f := &fakeBuilder{fail: fmt.Errorf("building template x: %w", &template.StepError{
+		Step: 2, Instruction: in, ExitCode: 3, LogTail: []string{"about to fail"}})}
+	h := newTemplateAPI(t, f)
+	var req templateView
+	call(t, h, "POST", "/v3/templates", `{"name":"broken"}`, nil, &req)
+	if req.Tags[0] != "default" {
+		t.Errorf("tags %q, want [default]", req.Tags)
+	}
+	body := `{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]},{"type":"RUN","args":["exit 3"]}]}`
+	if code := call(t, h, "POST", "/v2/templates/broken/builds/"+req.BuildID, body, nil, nil); code != 202 {
+		t.Fatalf("trigger: %d", code)
+	}
+	st := waitBuild(t, h, "broken", req.BuildID)
+	if st.Status != "error" || st.Reason == nil {
+		t.Fatalf("status %+v", st)
+	}
+	if st.Reason.Step != "2" || !strings.HasPrefix(st.Reason.Message, "step 2 (RUN exit 3) failed with exit code 3") ||
+		len(st.Reason.LogEntries) != 1 || st.Reason.LogEntries[0].Message != "about to fail" {
+		t.Errorf("reason %+v", st.Reason)
+	}
+	if last := st.LogEntries[len(st.LogEntries)-1]; last.Level != "error" || !strings.Contains(last.Message, "step 2") {
+		t.Errorf("last log line %+v", last)
+	}
+	// No template: the alias is unknown, no tag was given out.
+	if code := call(t, h, "GET", "/templates/aliases/broken", "", nil, nil); code != 404 {
+		t.Errorf("alias of a failed build: %d, want 404", code)
+	}
+	var tags []tagView
+	call(t, h, "GET", "/templates/broken/tags", "", nil, &tags)
+	if len(tags) != 0 {
+		t.Errorf("tags of a failed build: %+v", tags)
+	}
+}
+
+func TestTemplateAPIValidation(t *testing.T) {
+	h := newTemplateAPI(t, &fakeBuilder{})
+	var req templateView
+	call(t, h, "POST", "/v3/templates", `{"name":"ok"}`, nil, &req)
+	trigger := "/v2/templates/ok/builds/" + req.BuildID
+	fileURL := "/templates/ok/files/" + testHash
+	var link fileLinkView
+	call(t, h, "GET", fileURL, "", nil, &link)
+
+	cases := []struct {
+		name, method, target, body string
+		header                     map[string]string
+		status                     int
+		message                    string // substring of the error message
+	}{
+		{"no name", "POST", "/v3/templates", `{}`, nil, 400, "name is required"},
+		{"bad name", "POST", "/v3/templates", `{"name":"Bad Name"}`, nil, 400, "want a template name"},
+		{"bad tag", "POST", "/v3/templates", `{"name":"x:no way"}`, nil, 400, `tag "no way"`},
+		{"bad tags", "POST", "/v3/templates", `{"name":"x","tags":["-x"]}`, nil, 400, `tag "-x"`},
+		{"built-in", "POST", "/v3/templates", `{"name":"base"}`, nil, 400, "built-in template"},
+		{"negative memory", "POST", "/v3/templates", `{"name":"x","memoryMB":-1}`, nil, 400, "memoryMB must not be negative"},
+		{"no key", "POST", "/v3/templates", `{"name":"x"}`, map[string]string{"X-API-Key": ""}, 401, "missing API key"},
+		{"unknown template files", "GET", "/templates/nope/files/" + testHash, "", nil, 404, `template "nope"`},
+		{"bad hash", "GET", "/templates/ok/files/ABC", "", nil, 400, "files hash"},
+		{"upload not a tar", "PUT", fileURL, "not a tar archive at all", link.Headers, 400, "build context: malformed tar"},
+		{"unknown build", "POST", "/v2/templates/ok/builds/nope", `{"fromTemplate":"base"}`, nil, 404, `build "nope"`},
+		{"build of another template", "POST", "/v2/templates/other/builds/" + req.BuildID, `{"fromTemplate":"base"}`, nil, 404, "doesn't exist"},
+		{"no from", "POST", trigger, `{"steps":[]}`, nil, 400, "fromTemplate is required"},
+		{"docker image", "POST", trigger, `{"fromImage":"python:3"}`, nil, 400, "Docker images are not supported"},
+		{"registry", "POST", trigger, `{"fromImage":"x","fromImageRegistry":{"type":"registry"}}`, nil, 400, "registries are not supported"},
+		{"unknown step", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"ADD","args":["a","b"]}]}`, nil, 400, "step 1 (ADD): unknown step type"},
+		{"empty run", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"RUN","args":[" "]}]}`, nil, 400, "step 1 (RUN): RUN wants one non-empty command"},
+		{"bad run user", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"RUN","args":["true","-rf"]}]}`, nil, 400, "step 1 (RUN)"},
+		{"copy not uploaded", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/a","",""],"filesHash":"` + strings.Repeat("2", 64) + `"}]}`, nil, 400, "were not uploaded"},
+		{"copy bad hash", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/a"],"filesHash":"xyz"}]}`, nil, 400, "filesHash"},
+		{"copy mode", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/a","","0755"],"filesHash":"` + testHash + `"}]}`, nil, 400, "mode 0755"},
+		{"copy escapes", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["../a","/a"],"filesHash":"` + testHash + `"}]}`, nil, 400, "outside the build context"},
+		{"ready cmd", "POST", trigger, `{"fromTemplate":"base","startCmd":"x","readyCmd":"sleep 20"}`, nil, 400, "only waitForPort"},
+		{"from itself", "POST", trigger, `{"fromTemplate":"ok"}`, nil, 400, "is not another template's name"},
+		{"bad offset", "GET", "/templates/ok/builds/" + req.BuildID + "/status?logsOffset=-1", "", nil, 400, "logsOffset"},
+		{"unknown build status", "GET", "/templates/ok/builds/nope/status", "", nil, 404, `build "nope"`},
+		{"unknown template tags", "GET", "/templates/nope/tags", "", nil, 404, `template "nope"`},
+		{"bad alias", "GET", "/templates/aliases/Nope", "", nil, 400, "not a template name"},
+		{"unknown alias", "GET", "/templates/aliases/nope", "", nil, 404, "not found"},
+		{"assign from unknown tag", "POST", "/templates/tags", `{"target":"ok:v9","tags":["x"]}`, nil, 404, `no tag "v9"`},
+		{"assign no tags", "POST", "/templates/tags", `{"target":"ok:v9","tags":[]}`, nil, 400, "at least one tag"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			if code := call(t, h, c.method, c.target, c.body, c.header, &e); code != c.status {
+				t.Fatalf("status %d (%+v), want %d", code, e, c.status)
+			}
+			if e.Code != c.status || !strings.Contains(e.Message, c.message) {
+				t.Errorf("body %+v, want code %d and a message with %q", e, c.status, c.message)
+			}
+		})
+	}
+	// Every refused trigger left the build waiting: a valid one still starts it.
+	if code := call(t, h, "POST", trigger, `{"fromTemplate":"base"}`, nil, nil); code != 202 {
+		t.Errorf("valid trigger after refused ones: %d", code)
+	}
+}

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/server"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
+	"github.com/agent-sandbox/agent-sandbox/internal/template/dockerfile"
+)
+
+const templateDetail = `
+The template commands work on the server's template cache directly, so they
+run on the server host, as a user that can write the data directory (usually
+root). A template built here is what Sandbox.create('NAME') starts from on a
+server with the same --data-dir; it works whether or not the server runs.`
+
+// addTemplateDataDirFlag defines --data-dir, with serve's default.
+func addTemplateDataDirFlag(fs *flag.FlagSet) *string {
+	return fs.String("data-dir", server.DefaultConfig().DataDir, "the server's data `DIR` (as given to serve); templates are in DIR/templates")
+}
+
+var templateBuildCommand = &command{
+	name:    "template build",
+	args:    "NAME [CONTEXT_DIR]",
+	summary: "build a template from a Dockerfile; needs root",
+	detail: `Build the template NAME from a Dockerfile. COPY and ADD take their files
+from CONTEXT_DIR (default: the Dockerfile's directory). Progress goes to
+standard error: a bar on a terminal, one line per step otherwise. On success
+the template's ID, build time and size are printed.
+
+Each step is cached under everything before it, so a rebuild reruns only the
+first changed step and those after it; a rebuild with no change is instant.
+A failed step prints its number, its line, its exit code and its last output,
+and leaves the previous version of the template in place.
+
+Supported Dockerfile subset:
+  FROM <template> | debian:<suite>   one stage; a built-in template (base,
+                                     code-interpreter-v1) or a Debian system
+                                     is built first when missing
+  RUN                                shell and exec form, as USER in WORKDIR
+  COPY, ADD                          local files of the context; --chown only;
+                                     ADD fetches no URLs, unpacks no archives
+  ENV, WORKDIR, USER, ARG            ARG values can be set with --build-arg
+  CMD, ENTRYPOINT                    the command every sandbox starts with
+Anything else (EXPOSE, HEALTHCHECK, a second FROM, ...) is an error naming
+its line.
+
+Example:
+  agent-sandbox template build -f ./Dockerfile --build-arg VERSION=2 myimage .
+` + templateDetail,
+	interspersed: true,
+	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {
+		dataDir := addTemplateDataDirFlag(fs)
+		var file string
+		fs.StringVar(&file, "file", "", "the Dockerfile `PATH` (default: CONTEXT_DIR/Dockerfile)")
+		fs.StringVar(&file, "f", "", "the Dockerfile `PATH`, like --file")
+		buildArgs := pairs{}
+		fs.Var(buildArgs, "build-arg", "set the ARG `NAME=VALUE`; repeatable")
+		noCache := fs.Bool("no-cache", false, "rerun every step; the template it starts from is still reused")
+		mirror := fs.String("mirror", "", "Debian mirror `URL` for FROM debian:<suite> and built-in templates; default "+template.DefaultMirror)
+		verbose := fs.Bool("verbose", false, "also print the build log, with each step's output, on standard error")
+		return func(ctx context.Context, args []string, std streams) error {
+			if len(args) == 0 || len(args) > 2 {
+				return errors.New("want NAME and optionally CONTEXT_DIR")
+			}
+			req := buildRequest{name: args[0], file: file, buildArgs: buildArgs, noCache: *noCache}
+			if len(args) == 2 {
+				req.contextDir = args[1]
+			}
+			b := &template.Builder{DataDir: *dataDir, Mirror: *mirror, Progress: std.stderr}
+			if *verbose {
+				b.Log = slog.New(slog.NewTextHandler(std.stderr, nil))
+			}
+			return buildTemplate(ctx, b, req, std)
+		}
+	},
+}
+
+// buildRequest is what template build was asked to build.
+type buildRequest struct {
+	name       string
+	file       string // the Dockerfile; empty means contextDir/Dockerfile
+	contextDir string // empty means the Dockerfile's directory
+	buildArgs  map[string]string
+	noCache    bool
+}
+
+// resolve fills in the defaults of the Dockerfile and context paths.
+func (r *buildRequest) resolve() error {
+	switch {
+	case r.file == "" && r.contextDir == "":
+		r.file, r.contextDir = "Dockerfile", "."
+	case r.file == "":
+		r.file = filepath.Join(r.contextDir, "Dockerfile")
+	case r.contextDir == "":
+		r.contextDir = filepath.Dir(r.file)
+	}
+	fi, err := os.Stat(r.contextDir)
+	if err != nil {
+		return fmt.Errorf("build context: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("build context %s is not a directory", r.contextDir)
+	}
+	return nil
+}
+
+// buildTemplate translates the Dockerfile, builds what it starts from if
+// that is a Debian system, then the template, and prints the result.
+func buildTemplate(ctx context.Context, b *template.Builder, req buildRequest, std streams) error {
+	if err := req.resolve(); err != nil {
+		return err
+	}
+	f, err := os.Open(req.file)
+	if err != nil {
+		return fmt.Errorf("reading Dockerfile: %w", err)
+	}
+	defer f.Close()
+	start := time.Now()
+	res, err := dockerfile.Translate(f, dockerfile.Options{
+		Name: req.name, BuildArgs: req.buildArgs, Pack: dockerfile.Packer(req.contextDir, b),
+	})
+	var de *dockerfile.Error
+	if errors.As(err, &de) {
+		return fmt.Errorf("%s line %d: %s", req.file, de.Line, de.Msg)
+	} else if err != nil {
+		return fmt.Errorf("%s: %w", req.file, err)
+	}
+	if req.noCache && len(res.Spec.Instructions) > 0 {
+		// A forced step reruns, and so does every step after it.
+		res.Spec.Instructions[0].Force = true
+	}
+	if res.Base != nil {
+		if _, err := b.Ensure(ctx, *res.Base); err != nil {
+			return fmt.Errorf("building %s for FROM: %w", res.Base.Name, err)
+		}
+	}
+	t, err := b.Ensure(ctx, res.Spec)
+	var se *template.StepError
+	if errors.As(err, &se) && se.Step <= len(res.Lines) {
+		return fmt.Errorf("%s line %d: %w", req.file, res.Lines[se.Step-1], err)
+	} else if err != nil {
+		return err
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	w := tabwriter.NewWriter(std.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "Template:\t%s\n", t.ID)
+	if t.BuiltAt.Before(start) {
+		fmt.Fprintf(w, "Build time:\t%s (up to date: built %s in %s)\n", took, formatTime(t.BuiltAt), t.BuildDuration)
+	} else {
+		fmt.Fprintf(w, "Build time:\t%s\n", took)
+	}
+	fmt.Fprintf(w, "Size:\t%s (unchanged files are shared with %s)\n", formatSize(t.SizeBytes), t.Spec.From)
+	return w.Flush()
+}
+
+var templateListCommand = &command{
+	name:    "template list",
+	summary: "list the built templates",
+	detail: `List the built templates by name, newest version first: NAME, ID, BUILT
+(UTC) and SIZE (the root filesystem's size; versions of a template and the
+template they start from share unchanged files, so sizes overlap). A
+sandbox created with a NAME gets its newest version; an ID names one version.
+` + templateDetail,
+	interspersed: true,
+	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {
+		dataDir := addTemplateDataDirFlag(fs)
+		return func(ctx context.Context, args []string, std streams) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected argument %q", args[0])
+			}
+			ts, err := (&template.Builder{DataDir: *dataDir}).List()
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(std.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tID\tBUILT\tSIZE")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, t.ID, formatTime(t.BuiltAt), formatSize(t.SizeBytes))
+			}
+			return tw.Flush()
+		}
+	},
+}
+
+var templateRmCommand = &command{
+	name:    "template rm",
+	args:    "NAME|ID",
+	summary: "remove a template, or one version of it",
+	detail: `Remove every version of the template NAME, or the one version ID (see
+template list), and print what was removed. Stop the sandboxes that use it
+first: their root filesystem is the template's. The steps cached while
+building it are kept, so building it again is quick.
+` + templateDetail,
+	interspersed: true,
+	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {
+		dataDir := addTemplateDataDirFlag(fs)
+		return func(ctx context.Context, args []string, std streams) error {
+			if len(args) != 1 {
+				return errors.New("want one template NAME or ID")
+			}
+			removed, err := (&template.Builder{DataDir: *dataDir}).Remove(ctx, args[0])
+			for _, t := range removed {
+				fmt.Fprintf(std.stdout, "removed %s (built %s, %s)\n", t.ID, formatTime(t.BuiltAt), formatSize(t.SizeBytes))
+			}
+			if errors.Is(err, template.ErrNotFound) {
+				return fmt.Errorf("no template named %q or with that ID in %s (see agent-sandbox template list)", args[0], *dataDir)
+			}
+			return err
+		}
+	},
+}
+
+// formatSize renders a byte count for people, in binary units.
+func formatSize(n int64) string {
+	const units = "KMGT"
+	if n < 1<<10 {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/(1<<10), 0
+	for v >= 1<<10 && i < len(units)-1 {
+		v /= 1 << 10
+		i++
+	}
+	return strings.TrimSuffix(fmt.Sprintf("%.1f", v), ".0") + " " + units[i:i+1] + "iB"
+}
