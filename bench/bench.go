@@ -134,10 +134,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 		r.Figures = append(r.Figures, figs...)
+		if figs, err = measureNeighbours(ctx, &opts, c); err != nil {
+			return nil, err
+		}
+		r.Figures = append(r.Figures, figs...)
 	} else {
 		r.Server = fmt.Sprintf("own: %s serve --data-dir %s (--warm-pool %s, then none)", opts.Binary, opts.DataDir, opts.Pool)
 		figs, err := withServer(ctx, &opts, opts.Pool, func(c *client.Client) ([]*Figure, error) {
-			return measurePooled(ctx, &opts, c, "create→ready, warm pool, serial")
+			figs, err := measurePooled(ctx, &opts, c, "create→ready, warm pool, serial")
+			if err != nil {
+				return nil, err
+			}
+			more, err := measureNeighbours(ctx, &opts, c)
+			return append(figs, more...), err
 		})
 		if err != nil {
 			return nil, err

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/envd/state"
@@ -60,7 +62,29 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return nil
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	go startSpareThreads(spareThreads) // in the background: no start-up delay
 	return Serve(ctx, cfg, log)
+}
+
+// spareThreads is how many OS threads envd starts with beyond what the Go
+// runtime makes on its own.
+const spareThreads = 16
+
+// startSpareThreads makes the runtime start n more OS threads, which it
+// then keeps idle for reuse (it never ends one). A Go program dies when it
+// needs a new thread and the kernel refuses; in a sandbox whose processes
+// hold all of its task limit (a fork bomb), envd then lives on the threads
+// it already has. Each goroutine blocks in a system call at the same time,
+// and the runtime hands the others a new thread.
+func startSpareThreads(n int) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			ts := syscall.Timespec{Nsec: int64(20 * time.Millisecond)}
+			_ = syscall.Nanosleep(&ts, nil)
+		})
+	}
+	wg.Wait()
 }
 
 // Serve runs envd with cfg until ctx is done.

@@ -85,9 +85,30 @@ type harness struct {
 	// marker is a host file with unique content that no sandbox may read
 	// or write; markerData is that content.
 	marker, markerData string
+	// userns: the sandboxes run in user namespaces.
+	userns bool
 }
 
-func newHarness(t *testing.T) *harness {
+// either is what a case expects with user namespaces, or without.
+func (h *harness) either(userns, without string) string {
+	if h.userns {
+		return userns
+	}
+	return without
+}
+
+// rawSent reports whether a raw-socket probe got as far as it should: in
+// a user namespace root cannot open one; without, it sends.
+func (h *harness) rawSent(got string) bool {
+	if h.userns {
+		return got == "EPERM"
+	}
+	return strings.HasPrefix(got, "ok")
+}
+
+// newHarness starts a sandbox manager over the jail with user namespaces
+// on or off; on a host that cannot have them, the test skips and says why.
+func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 	testenv.RequireRoot(t)
 	testenv.LockFirewall(t)
 	ctx := context.Background()
@@ -97,7 +118,7 @@ func newHarness(t *testing.T) *harness {
 	})
 
 	dir := t.TempDir()
-	h := &harness{t: t, in: in, rootfs: filepath.Join(dir, "rootfs"), stateDir: filepath.Join(dir, "sandboxes")}
+	h := &harness{t: t, in: in, rootfs: filepath.Join(dir, "rootfs"), stateDir: filepath.Join(dir, "sandboxes"), userns: userns == jail.UsernsOn}
 	h.marker = filepath.Join(dir, "host-marker")
 	h.markerData = "host-marker-" + randomHex(8)
 	if err := os.WriteFile(h.marker, []byte(h.markerData), 0o644); err != nil {
@@ -148,8 +169,11 @@ func newHarness(t *testing.T) *harness {
 	h.cgParent = fmt.Sprintf("agent-sandbox-securitytest-%d", os.Getpid())
 	backend, err := jail.New(jail.Config{
 		StateDir: h.stateDir, RunDir: runDir, CgroupParent: h.cgParent, Log: log,
-		Pool: pool, Firewall: fw,
+		Pool: pool, Firewall: fw, Userns: userns,
 	})
+	if err != nil && userns == jail.UsernsOn {
+		t.Skipf("skipping: this host cannot run sandboxes in user namespaces: %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

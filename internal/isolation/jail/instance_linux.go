@@ -163,6 +163,7 @@ func (inst *Instance) Stop(ctx context.Context) error {
 func (inst *Instance) stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	t0 := time.Now()
 	var errs []error
 	if err := inst.cg.Kill(ctx); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
 		errs = append(errs, err)
@@ -172,11 +173,21 @@ func (inst *Instance) stop(ctx context.Context) error {
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
 	}
-	errs = append(errs, inst.b.detachVeth(ctx, inst.id), inst.ns.Delete(), inst.cg.Delete(ctx),
-		releaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir), inst.b.ids.Release(inst.id))
+	tKilled := time.Now()
+	errs = append(errs, inst.b.detachVeth(ctx, inst.id))
+	tVeth := time.Now()
+	errs = append(errs, inst.ns.Delete())
+	tNs := time.Now()
+	errs = append(errs, inst.cg.Delete(ctx))
+	tNet := time.Now()
+	errs = append(errs, releaseLoops(ctx, inst.dir+"/"+diskFile))
+	tLoops := time.Now()
+	errs = append(errs, removeDir(inst.dir), inst.b.ids.Release(inst.id))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping sandbox %s: %w", inst.id, err)
 	}
+	inst.b.cfg.Log.Debug("sandbox stopped", "sandbox_id", inst.id, "total", time.Since(t0),
+		"kill", tKilled.Sub(t0), "veth", tVeth.Sub(tKilled), "netns", tNs.Sub(tVeth), "cgroup", tNet.Sub(tNs), "loops", tLoops.Sub(tNet), "remove", time.Since(tLoops))
 	return nil
 }
 

@@ -113,7 +113,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		res.DiskSizeMB = DefaultDiskSizeMB
 	}
 	if res.Pids <= 0 {
-		res.Pids = DefaultPids
+		res.Pids = defaultPids(res.MemoryMB)
 	}
 	paths := []string{spec.RootFS, spec.EnvdPath}
 	var tools []toolMount
@@ -235,7 +235,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 			return nil, err
 		}
 		undo.push(func(context.Context) error { return b.ids.Release(spec.ID) })
-		icfg.Userns = &usernsConfig{Base: base, Required: b.cfg.Userns == UsernsOn}
+		icfg.Userns = &usernsConfig{Base: base, Required: b.cfg.Userns == UsernsOn, UserTasks: userTasks(res.Pids)}
 		icfg.LowerDir = filepath.Join(dir, lowerDir)
 	}
 	if cg.Mode() == cgroup.V2 {

@@ -91,6 +91,8 @@ type usernsConfig struct {
 	// Required fails the start where the kernel or the template's file
 	// system refuses; otherwise init goes on without and says why.
 	Required bool `json:"required"`
+	// UserTasks is RLIMIT_NPROC of envd and all it starts (see userTasks).
+	UserTasks int `json:"user_tasks"`
 }
 
 // envdStage is the process that becomes envd in a user namespace (see
@@ -108,6 +110,8 @@ type stageConfig struct {
 	// to run envd anywhere else.
 	RootDev uint64 `json:"root_dev"`
 	RootIno uint64 `json:"root_ino"`
+	// UserTasks is RLIMIT_NPROC for envd and its children; 0: unset.
+	UserTasks int `json:"user_tasks,omitempty"`
 }
 
 // forkEnvdStage starts the process that will become envd, in a new user
@@ -182,7 +186,7 @@ func (st *envdStage) run(cfg *initConfig) error {
 	if err == nil {
 		msg := initConfig{
 			EnvdArgs: cfg.EnvdArgs, NoNewPrivs: cfg.NoNewPrivs,
-			EnvdStage: &stageConfig{RootDev: root.Dev, RootIno: root.Ino},
+			EnvdStage: &stageConfig{RootDev: root.Dev, RootIno: root.Ino, UserTasks: cfg.Userns.UserTasks},
 		}
 		err = json.NewEncoder(st.cfgW).Encode(&msg)
 	}
@@ -246,6 +250,12 @@ func execEnvd(cfg *initConfig) error {
 		return err
 	}
 	unix.Close(devNull)
+	// Soft and hard: only CAP_SYS_RESOURCE on the host could raise it.
+	if n := uint64(cfg.EnvdStage.UserTasks); n > 0 {
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+			return fmt.Errorf("limiting tasks per user: %w", err)
+		}
+	}
 	if err := confine(cfg); err != nil {
 		return err
 	}

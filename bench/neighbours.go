@@ -1,0 +1,88 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/client"
+)
+
+// bombs are the abusive neighbours, each started detached in a sandbox of
+// its own: it keeps going after the command that started it returns.
+var bombs = []struct{ name, cmd string }{
+	{"fork bomb", `b(){ b|b& }; b`},
+	{"memory bomb", `while :; do python3 -c 'a=[]
+while True: a.append(bytearray(64<<20))'; done`},
+	{"CPU hog", `for i in 1 2 3 4 5 6 7 8; do (while :; do :; done) & done; wait`},
+}
+
+// neighbourSettle is how long the bombs run before the loaded samples, so
+// that the fork bomb has reached its pids limit and the memory bomb its
+// first OOM kill.
+const neighbourSettle = 3 * time.Second
+
+// measureNeighbours times commands.run('true') in a quiet sandbox alone,
+// then while three other sandboxes run a fork bomb, a memory bomb and a
+// CPU hog; the loaded p99 is held to 3× the quiet one.
+func measureNeighbours(ctx context.Context, opts *Options, c *client.Client) ([]*Figure, error) {
+	n := opts.scale(300, 20)
+	opts.progress("noisy neighbours: %d runs of true alone, then beside %d bombs", n, len(bombs))
+	quiet, _, err := createReady(ctx, c, opts.Template)
+	if err != nil {
+		return nil, err
+	}
+	defer quiet.Kill(context.WithoutCancel(ctx))
+	if _, err := runTrue(ctx, quiet, 10); err != nil { // warm-up
+		return nil, fmt.Errorf("commands.run('true'): %w", err)
+	}
+	alone, err := runTrue(ctx, quiet, n)
+	if err != nil {
+		return nil, fmt.Errorf("commands.run('true') alone: %w", err)
+	}
+
+	var noisy []*client.Sandbox
+	defer func() { killAll(context.WithoutCancel(ctx), noisy) }()
+	for _, b := range bombs {
+		sb, _, err := createReady(ctx, c, opts.Template)
+		if err != nil {
+			return nil, fmt.Errorf("creating the %s's sandbox: %w", b.name, err)
+		}
+		noisy = append(noisy, sb)
+		start := fmt.Sprintf("setsid -f bash -c %s >/dev/null 2>&1 </dev/null", shellQuote(b.cmd))
+		code, err := sb.Run(ctx, start, client.RunOptions{})
+		if err == nil && code != 0 {
+			err = fmt.Errorf("exit code %d", code)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("starting the %s: %w", b.name, err)
+		}
+	}
+	time.Sleep(neighbourSettle)
+	loaded, err := runTrue(ctx, quiet, n)
+	if err != nil {
+		return nil, fmt.Errorf("commands.run('true') beside the bombs: %w", err)
+	}
+
+	fa := latencyFigure(figQuietAlone, alone)
+	fl := latencyFigure("commands.run('true') beside a fork bomb, memory bomb, CPU hog", loaded)
+	fl.Baseline = figQuietAlone
+	fl.target = &target{"p99 ≤ 3× alone", func(f *Figure) bool { return f.P99 <= 3*fa.P99 }}
+	fl.Note = fmt.Sprintf("p99 %.2f× the p99 alone; each bomb runs in a sandbox of its own, with the default limits", fl.P99/fa.P99)
+	return []*Figure{fa, fl}, nil
+}
+
+const figQuietAlone = "commands.run('true'), quiet sandbox alone"
+
+// shellQuote quotes s as one single-quoted shell word.
+func shellQuote(s string) string {
+	out := []byte{'\''}
+	for i := range len(s) {
+		if s[i] == '\'' {
+			out = append(out, `'\''`...)
+		} else {
+			out = append(out, s[i])
+		}
+	}
+	return string(append(out, '\''))
+}
