@@ -48,7 +48,7 @@ Environment:
 		fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes running at once, warm pool members included; 0 = no cap")
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var templates list
-		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated; code-interpreter-v1)")
+		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")
 		debug := fs.Bool("debug", false, "log at debug level")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) > 0 {

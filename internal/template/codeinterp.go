@@ -31,5 +31,10 @@ func CodeInterpreter() Spec {
 
 // BuiltIn returns the specs of the built-in templates by name.
 func BuiltIn() map[string]Spec {
-	return map[string]Spec{BaseName: Base(), CodeInterpreterName: CodeInterpreter()}
+	return map[string]Spec{
+		BaseName:            Base(),
+		CodeInterpreterName: CodeInterpreter(),
+		DesktopName:         Desktop(),
+		BrowserName:         Browser(),
+	}
 }

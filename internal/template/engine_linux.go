@@ -159,6 +159,7 @@ func (b *Builder) buildDerived(ctx context.Context, spec Spec, from *Template, h
 	if len(spec.Steps) > 0 {
 		rep.startStage("steps")
 		key := stepsKey(st.key, spec.Steps)
+		st.cached = st.cached && b.hasLayer(key)
 		err := b.layer(ctx, st, key, "steps", func(diff, work, scratch string) error {
 			return withOverlay(st.lower(), diff, work, filepath.Join(scratch, "mnt"), true, func(root *os.Root, merged string) error {
 				return applySteps(ctx, log, rep, root, merged, spec.Steps)
@@ -167,6 +168,8 @@ func (b *Builder) buildDerived(ctx context.Context, spec Spec, from *Template, h
 		if err != nil {
 			return nil, fmt.Errorf("applying steps: %w", err)
 		}
+		st.layers = append(st.layers, b.layerDiff(key))
+		st.key = key
 	}
 	forced := false
 	for i, in := range spec.Instructions {

@@ -313,3 +313,29 @@ func TestDerivedCancel(t *testing.T) {
 	assertNoMounts(t, data)
 	assertNoBuildDirs(t, data, "")
 }
+
+// A derived spec's Steps are a layer like any other: in the template, and
+// under the instructions that follow them (as the desktop template's
+// /opt/noVNC symlink is).
+func TestDerivedSteps(t *testing.T) {
+	data := safeTempDir(t)
+	tinyBase(t, data)
+	spec := Spec{
+		Name: "test-steps", From: "tiny",
+		Steps: []Step{
+			{File: &FileStep{Path: "/opt/real/f", Content: "step\n", Mode: 0o644}},
+			{Symlink: &SymlinkStep{Path: "/opt/link", Target: "/opt/real"}},
+		},
+		Instructions: []Instruction{{Op: OpRun, Args: []string{"cat /opt/link/f > /seen"}}},
+	}
+	tmpl, _, _, err := buildLogged(t, data, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFile(t, tmpl.RootFS, "opt/real/f", 0o644, 0, "step\n")
+	checkFile(t, tmpl.RootFS, "seen", 0o644, 0, "step\n")
+	if target, err := os.Readlink(filepath.Join(tmpl.RootFS, "opt/link")); err != nil || target != "/opt/real" {
+		t.Errorf("/opt/link = %q, %v; want a symlink to /opt/real", target, err)
+	}
+	assertNoMounts(t, data)
+}

@@ -85,7 +85,7 @@ function tlsHealth(port, host, caPath) {
 
 /**
  * Starts `agent-sandbox serve` and waits (up to 20 min: the first start builds
- * the base and code-interpreter-v1 templates) for GET /health → 204, printing progress every ~20 s.
+ * the base, code-interpreter-v1, desktop and browser templates) for GET /health → 204, printing progress every ~20 s.
  *
  * mode 'header': plain HTTP, SDK env E2B_API_URL=E2B_SANDBOX_URL=http://127.0.0.1:<port>,
  *   E2B_DOMAIN=localhost:<port>.
@@ -103,8 +103,10 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
   const tls = mode === 'tls'
   const domain = tls ? `${TLS_DOMAIN_NAME}:${port}` : `localhost:${port}`
   const caPath = join(dataDir, 'tls', 'ca.pem')
-  // code-interpreter-v1 too: the code interpreter suite creates its sandboxes.
-  const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey, '--templates', 'code-interpreter-v1']
+  // The other built-ins too: the code interpreter, desktop and browser files
+  // create their sandboxes (desktop and browser add about 40 s each to a
+  // first start, as layers over base).
+  const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey, '--templates', 'code-interpreter-v1,desktop,browser']
   if (tls) args.push('--tls', '--domain', domain)
 
   const child = spawnTracked(bin, args, { logKeep: LOG_KEEP, graceMs: STOP_GRACE_MS })
