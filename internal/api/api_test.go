@@ -51,7 +51,7 @@ func TestMain(m *testing.M) {
 }
 
 // newHandler returns an API over f with domain "example.test".
-func newHandler(t *testing.T, f *fakeSandboxes, mod ...func(*Config)) *Handler {
+func newHandler(t testing.TB, f *fakeSandboxes, mod ...func(*Config)) *Handler {
 	t.Helper()
 	cfg := Config{
 		Sandboxes:   f,

@@ -63,7 +63,7 @@ func (f *fakeBuilder) Lookup(ref string) (*template.Template, error) {
 
 // newTemplateAPI returns an API with the template build API over a fresh
 // store and f.
-func newTemplateAPI(t *testing.T, f *fakeBuilder) *Handler {
+func newTemplateAPI(t testing.TB, f *fakeBuilder) *Handler {
 	t.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "store.db"))
 	if err != nil {
