@@ -23,13 +23,7 @@ import (
 // steps of template build re-execute (as the agent-sandbox binary does in
 // Run).
 func TestMain(m *testing.M) {
-	if jail.IsInit(os.Args[1:]) {
-		if err := jail.InitMain(os.Args[1:]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	jail.ExitIfInit()
 	os.Exit(m.Run())
 }
 

@@ -3,7 +3,6 @@ package sandbox
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
@@ -22,13 +21,7 @@ import (
 
 // TestMain lets the test binary serve as the jail's re-executed init.
 func TestMain(m *testing.M) {
-	if jail.IsInit(os.Args[1:]) {
-		if err := jail.InitMain(os.Args[1:]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	jail.ExitIfInit()
 	os.Exit(m.Run())
 }
 

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"maps"
 	"os"
@@ -26,13 +25,7 @@ import (
 // TestMain lets the test binary serve as the jail's init, which RUN steps
 // re-execute.
 func TestMain(m *testing.M) {
-	if jail.IsInit(os.Args[1:]) {
-		if err := jail.InitMain(os.Args[1:]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	jail.ExitIfInit()
 	os.Exit(m.Run())
 }
 

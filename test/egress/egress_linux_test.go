@@ -39,13 +39,7 @@ func TestMain(m *testing.M) {
 	if filepath.Base(os.Args[0]) == "probe" {
 		os.Exit(probeMain(os.Args[1:]))
 	}
-	if jail.IsInit(os.Args[1:]) {
-		if err := jail.InitMain(os.Args[1:]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	jail.ExitIfInit()
 	os.Exit(m.Run())
 }
 

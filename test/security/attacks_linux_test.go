@@ -3,7 +3,6 @@ package security
 import (
 	"errors"
 	"fmt"
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 

@@ -24,13 +24,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if IsInit(os.Args[1:]) {
-		if err := InitMain(os.Args[1:]); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	ExitIfInit()
 	if filepath.Base(os.Args[0]) == "probe" {
 		os.Exit(probeMain(os.Args[1:]))
 	}

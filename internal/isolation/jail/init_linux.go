@@ -23,6 +23,21 @@ const (
 // since envd's output is partly sandbox-controlled.
 const envdLogLimit = 8 << 20
 
+// ExitIfInit runs the sandbox init and exits when the process's arguments
+// ask for it (IsInit), and returns otherwise. Test binaries, which the jail
+// re-executes as init the way it does the agent-sandbox binary, call it
+// first in TestMain.
+func ExitIfInit() {
+	if !IsInit(os.Args[1:]) {
+		return
+	}
+	if err := InitMain(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
 // InitMain runs PID 1 of a sandbox: it is what the hidden `init` command
 // calls, in the new namespaces that Start cloned. It reads its
 // configuration from fd 3, builds the sandbox's filesystem, confines itself,
