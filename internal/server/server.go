@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
+	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -40,6 +41,8 @@ type Server struct {
 	manager   *sandbox.Manager
 	router    *router.Router
 	net       *sandboxNetwork
+	// releaseHost gives back the host lock on sandbox networking.
+	releaseHost func()
 	handler   http.Handler
 	ready     atomic.Bool
 	apiKey    string // printed for the user; "" when none is known in plain text
@@ -64,6 +67,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		}
 	}()
 	s := &Server{cfg: cfg, log: log, progress: progress, store: st}
+	if s.releaseHost, err = hostlock.Acquire(hostlock.Path, "agent-sandbox serve --data-dir "+cfg.DataDir, false); err != nil {
+		return nil, fmt.Errorf("%w: one server per host runs sandboxes (their firewall, addresses and veths are host-wide); stop it first, or measure it with bench --server URL", err)
+	}
+	defer func() {
+		if err != nil {
+			s.releaseHost()
+		}
+	}()
 	if s.apiKey, err = s.ensureAPIKeys(ctx); err != nil {
 		return nil, err
 	}
@@ -158,6 +169,7 @@ func (s *Server) ensureAPIKeys(ctx context.Context) (string, error) {
 // Run serves until ctx is done. The listener opens at once (GET /health
 // answers 503 until ready); the base template is built first if missing.
 func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
+	defer s.releaseHost()
 	defer s.store.Close()
 	defer s.router.Close()
 	ln, err := net.Listen("tcp", s.cfg.Listen)

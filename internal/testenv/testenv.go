@@ -5,10 +5,11 @@
 package testenv
 
 import (
+	"errors"
 	"os"
-	"path/filepath"
-	"syscall"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 )
 
 // RequireRoot skips t unless the test runs as root; under CI it fails.
@@ -23,20 +24,21 @@ func RequireRoot(t testing.TB) {
 	t.Skip("skipping: test needs root (it runs in CI, which is root)")
 }
 
-// LockFirewall holds a host-wide lock on the sandbox firewall (the nftables
-// table inet agent_sandbox) until t ends. Its rules match every sandbox
-// interface on the host, so tests in different packages (run in parallel
-// by go test) that install it must take turns. Call it first, so that it
-// is released after the test's own cleanup.
+// LockFirewall holds the host lock on sandbox networking (hostlock) until t
+// ends, waiting for it if a server or another test holds it. The firewall's
+// rules match every sandbox interface on the host, so tests in different
+// packages (run in parallel by go test) that install it must take turns,
+// and none may run under a live server. Call it first, so that it is
+// released after the test's own cleanup.
 func LockFirewall(t testing.TB) {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(os.TempDir(), "agent-sandbox-firewall-test.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	release, err := hostlock.Acquire(hostlock.Path, "go test "+t.Name(), false)
+	if errors.Is(err, hostlock.ErrHeld) {
+		t.Logf("waiting for the host lock on sandbox networking: %v", err)
+		release, err = hostlock.Acquire(hostlock.Path, "go test "+t.Name(), true)
+	}
 	if err != nil {
-		t.Fatalf("opening the firewall test lock: %v", err)
+		t.Fatal(err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
-		f.Close()
-		t.Fatalf("locking the firewall test lock: %v", err)
-	}
-	t.Cleanup(func() { f.Close() }) // closing releases the lock
+	t.Cleanup(release)
 }
