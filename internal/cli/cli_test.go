@@ -106,8 +106,8 @@ func TestHelpIsComplete(t *testing.T) {
 			fs := c.flagSet()
 			c.setup(fs)
 			fs.VisitAll(func(f *flag.Flag) {
-				if !strings.Contains(help, "  --"+f.Name+" ") {
-					t.Errorf("help lacks --%s:\n%s", f.Name, help)
+				if !strings.Contains(help, "  "+flagSpelling(f.Name)+" ") {
+					t.Errorf("help lacks %s:\n%s", flagSpelling(f.Name), help)
 				}
 			})
 			if c.env {

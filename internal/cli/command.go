@@ -144,7 +144,7 @@ func (c *command) usage(fs *flag.FlagSet) string {
 	b.WriteString("\nFlags:\n")
 	fs.VisitAll(func(f *flag.Flag) {
 		name, help := flag.UnquoteUsage(f)
-		left := "--" + f.Name
+		left := flagSpelling(f.Name)
 		if name != "" {
 			left += " " + name
 		}
@@ -198,4 +198,13 @@ func (l *list) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// flagSpelling is how help spells a flag: one dash for a one-letter name
+// (-f), two otherwise (--file). The flag package takes either.
+func flagSpelling(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
