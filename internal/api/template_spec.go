@@ -12,6 +12,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
+	"github.com/agent-sandbox/agent-sandbox/internal/template/oci"
 )
 
 // buildBody is TemplateBuildStartV2, what Template.build() sends once the
@@ -43,7 +44,7 @@ const (
 
 // baseImages are the Docker image names the SDK uses for E2B's base image
 // (Template() with no from, fromBaseImage()): they mean the built-in base
-// template, the only "image" this server has.
+// template rather than E2B's image.
 var baseImages = map[string]bool{"e2bdev/base": true, "e2bdev/base:latest": true}
 
 // waitForPortRE matches the ready command the SDK's waitForPort(port)
@@ -62,10 +63,11 @@ func specErrorf(format string, args ...any) error { return &specError{fmt.Sprint
 // Each SDK step becomes one instruction, so instruction numbers are the
 // SDK's step numbers.
 func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildBody) (template.Spec, error) {
-	if len(body.FromImageRegistry) > 0 && string(body.FromImageRegistry) != "null" {
-		return template.Spec{}, specErrorf("fromImageRegistry: registries are not supported; build from a template")
+	auth, err := registryAuth(body.FromImageRegistry)
+	if err != nil {
+		return template.Spec{}, err
 	}
-	var from string
+	var from, image string
 	switch {
 	case body.FromTemplate != nil && body.FromImage != nil:
 		return template.Spec{}, specErrorf("give fromTemplate or fromImage, not both")
@@ -74,22 +76,32 @@ func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildB
 	case body.FromImage != nil && baseImages[*body.FromImage]:
 		from = template.BaseName
 	case body.FromImage != nil:
-		return template.Spec{}, specErrorf("fromImage %q: Docker images are not supported; use fromTemplate (for example %q) or the base image e2bdev/base", *body.FromImage, template.BaseName)
+		// The server pulls the image itself; a tarball path would have it
+		// read its own files for the client.
+		if _, ok := oci.ArchivePath(*body.FromImage); ok {
+			return template.Spec{}, specErrorf("fromImage %q: only registry images can be built from here", *body.FromImage)
+		}
+		image = *body.FromImage
 	default:
-		return template.Spec{}, specErrorf("fromTemplate is required")
+		return template.Spec{}, specErrorf("fromTemplate or fromImage is required")
+	}
+	if auth != nil && image == "" {
+		return template.Spec{}, specErrorf("fromImageRegistry is for pulling fromImage, which is not given")
 	}
 	// A name:tag, or a name the API built, means the build its tag points
 	// at; anything else (a built-in or CLI-built template) the builder
 	// resolves.
-	if v, err := t.records.TemplateVersion(ctx, from); err == nil {
-		from = v
-	} else if !errors.Is(err, store.ErrNotFound) {
-		return template.Spec{}, err
+	if from != "" {
+		if v, err := t.records.TemplateVersion(ctx, from); err == nil {
+			from = v
+		} else if !errors.Is(err, store.ErrNotFound) {
+			return template.Spec{}, err
+		}
 	}
 	if len(body.Steps) > maxSteps {
 		return template.Spec{}, specErrorf("steps: at most %d, got %d", maxSteps, len(body.Steps))
 	}
-	spec := template.Spec{Name: name, From: from}
+	spec := template.Spec{Name: name, From: from, FromImage: image, RegistryAuth: auth}
 	for i, s := range body.Steps {
 		in, err := t.instruction(s)
 		if err != nil {
@@ -114,6 +126,45 @@ func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildB
 		return template.Spec{}, &specError{err.Error()}
 	}
 	return spec, nil
+}
+
+// registryBody is FromImageRegistry, the credentials of fromImage's
+// registry: Template().fromImage(image, {username, password}) sends type
+// "registry", fromGCPRegistry "gcp", fromAWSRegistry "aws".
+type registryBody struct {
+	Type               string `json:"type"`
+	Username           string `json:"username"`
+	Password           string `json:"password"`
+	ServiceAccountJSON string `json:"serviceAccountJson"`
+}
+
+// registryAuth returns the credentials of a build request, nil for none.
+func registryAuth(raw json.RawMessage) (*oci.Auth, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var r registryBody
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return nil, specErrorf("fromImageRegistry: %v", err)
+	}
+	switch r.Type {
+	case "registry":
+		if r.Username == "" || r.Password == "" {
+			return nil, specErrorf("fromImageRegistry: username and password are required")
+		}
+		return &oci.Auth{Username: r.Username, Password: r.Password}, nil
+	case "gcp":
+		// Google's registries take a service account key as the password
+		// of the user _json_key.
+		if r.ServiceAccountJSON == "" {
+			return nil, specErrorf("fromImageRegistry: serviceAccountJson is required")
+		}
+		return &oci.Auth{Username: "_json_key", Password: r.ServiceAccountJSON}, nil
+	case "aws":
+		return nil, specErrorf("fromImageRegistry: AWS credentials are not supported; pass an ECR token as " +
+			"fromImage(image, {username: 'AWS', password: <aws ecr get-login-password>})")
+	}
+	return nil, specErrorf("fromImageRegistry: type %q: want registry, gcp or aws", r.Type)
 }
 
 // instruction converts one SDK step.

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -46,6 +47,10 @@ Supported Dockerfile subset:
   FROM <template> | debian:<suite>   one stage; a built-in template (base,
                                      code-interpreter-v1) or a Debian system
                                      is built first when missing
+  FROM <image>                       an OCI image, pulled anonymously: with a
+                                     tag or registry (ubuntu:24.04), or
+                                     docker-archive:/abs/path.tar,
+                                     oci-archive:/abs/path.tar
   RUN                                shell and exec form, as USER in WORKDIR
   COPY, ADD                          local files of the context; --chown only;
                                      ADD fetches no URLs, unpacks no archives
@@ -159,7 +164,7 @@ func buildTemplate(ctx context.Context, b *template.Builder, req buildRequest, s
 	} else {
 		fmt.Fprintf(w, "Build time:\t%s\n", took)
 	}
-	fmt.Fprintf(w, "Size:\t%s (unchanged files are shared with %s)\n", formatSize(t.SizeBytes), t.Spec.From)
+	fmt.Fprintf(w, "Size:\t%s (unchanged files are shared with %s)\n", formatSize(t.SizeBytes), cmp.Or(t.Spec.From, t.Spec.FromImage))
 	return w.Flush()
 }
 

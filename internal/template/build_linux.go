@@ -1,6 +1,7 @@
 package template
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -415,10 +416,12 @@ func finalize(root *os.Root, spec Spec, id, hash string) error {
 	}
 	if ok, err := hasUser(root, spec.User); err != nil {
 		return err
+	} else if !ok && spec.FromImage != "" {
+		return fmt.Errorf("default user %q has no /etc/passwd entry in the image; add one with a RUN step or start from another image", spec.User)
 	} else if !ok {
 		return fmt.Errorf("default user %q does not exist in the root filesystem (add a user step)", spec.User)
 	}
-	if fi, err := root.Stat(rel(spec.Workdir)); err != nil || !fi.IsDir() {
+	if fi, err := root.Stat(cmp.Or(rel(spec.Workdir), ".")); err != nil || !fi.IsDir() {
 		return fmt.Errorf("default workdir %s is not a directory in the root filesystem", spec.Workdir)
 	}
 	return nil

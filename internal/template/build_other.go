@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"os"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/template/oci"
 )
 
 func preflight(bool) error { return errors.ErrUnsupported }
@@ -20,3 +22,7 @@ func lockFile(ctx context.Context, path string) (func(), error) { return nil, er
 func removeTree(dir string) error { return os.RemoveAll(dir) }
 
 func terminalWidth(w io.Writer) (bool, int) { return false, 0 }
+
+func (b *Builder) imageBase(ctx context.Context, ref string, auth *oci.Auth) (*Template, error) {
+	return nil, errors.ErrUnsupported
+}

@@ -2,6 +2,8 @@
 // filesystems made with debootstrap, extended with apt packages and a short
 // list of declarative steps (create a user, write a file, make a directory or
 // a symlink), plus the defaults a sandbox inherits (user, workdir, env).
+// A template may instead start from another template or from an OCI image
+// (package oci) and run Dockerfile-like instructions over it.
 //
 // A template is addressed by the content hash of its [Spec] and the builder
 // version, so changing a spec or the builder makes a new directory and never
@@ -12,6 +14,7 @@
 //	templates/<name>/<hash>.lock            flock held while building or removing
 //	templates/.build/<name>-<hash12>-*      build in progress (same filesystem, renamed into place)
 //	templates/.cache/debs                   downloaded .debs shared by debootstrap runs
+//	templates/.images/<digest>/rootfs       an unpacked OCI image (see image_linux.go)
 //
 // Building needs root and debootstrap. The chroot mounts (/proc, /sys, /dev)
 // and anything debootstrap mounted are undone on every path out of a build,

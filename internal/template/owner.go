@@ -13,6 +13,7 @@ import (
 type owner struct {
 	UID, GID int
 	Groups   []uint32 // supplementary groups, for USER
+	Name     string   // "" when the user has no passwd entry
 	Home     string   // "" when the user has no passwd entry
 }
 
@@ -43,7 +44,7 @@ func resolveOwner(readFile func(name string) ([]byte, error), spec string) (owne
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		o, name, found = owner{UID: uid, GID: gid, Home: f[5]}, f[0], true
+		o, name, found = owner{UID: uid, GID: gid, Name: f[0], Home: f[5]}, f[0], true
 		break
 	}
 	if !found {

@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/template/oci"
 )
 
 // BuilderVersion is mixed into every spec hash. Bump it whenever the build
@@ -27,6 +29,16 @@ type Spec struct {
 	// From names the template this one starts from; its root filesystem
 	// replaces the debootstrap of Suite, which must then be empty.
 	From string `json:"from,omitempty"`
+	// FromImage names an OCI image to start from instead, unpacked once
+	// per image digest: a registry reference ("python:3.12",
+	// "ghcr.io/org/repo:tag") or a tarball ("docker-archive:/abs/img.tar",
+	// "oci-archive:/abs/img.tar"); see package oci. Like a From template,
+	// it gives the defaults a spec leaves empty (user, workdir, env).
+	FromImage string `json:"fromImage,omitempty"`
+	// RegistryAuth, when set, is sent to FromImage's registry. It is kept
+	// out of the hash and the stored metadata: the image digest already
+	// names what was pulled, and a password must not reach the disk.
+	RegistryAuth *oci.Auth `json:"-"`
 	// Suite is the Debian suite handed to debootstrap, e.g. "bookworm".
 	Suite string `json:"suite,omitempty"`
 	// Variant is the debootstrap variant ("minbase", "buildd"); empty means
@@ -138,14 +150,21 @@ func (s Spec) Validate() error {
 	if !nameRE.MatchString(s.Name) {
 		return fmt.Errorf("template name %q: want 1-63 of [a-z0-9._-], starting with a letter or digit", s.Name)
 	}
-	if s.From != "" {
+	derived := s.From != "" || s.FromImage != ""
+	switch {
+	case s.From != "" && s.FromImage != "":
+		return fmt.Errorf("template %s: from a template and from an image at once", s.Name)
+	case derived && (s.Suite != "" || s.Variant != ""):
+		return fmt.Errorf("template %s: from a template or image and from a Debian suite at once", s.Name)
+	case s.FromImage != "":
+		if err := oci.CheckRef(s.FromImage); err != nil {
+			return fmt.Errorf("template %s: from image: %w", s.Name, err)
+		}
+	case s.From != "":
 		if !nameRE.MatchString(s.From) && !idRE.MatchString(s.From) || s.From == s.Name {
 			return fmt.Errorf("template %s: from %q is not another template's name or ID", s.Name, s.From)
 		}
-		if s.Suite != "" || s.Variant != "" {
-			return fmt.Errorf("template %s: from a template and from a Debian suite at once", s.Name)
-		}
-	} else {
+	default:
 		if !suiteRE.MatchString(s.Suite) {
 			return fmt.Errorf("template %s: suite %q is not a Debian suite name", s.Name, s.Suite)
 		}
@@ -153,19 +172,22 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("template %s: debootstrap variant %q: want one of minbase, buildd or empty", s.Name, s.Variant)
 		}
 		if len(s.Instructions) > 0 {
-			return fmt.Errorf("template %s: instructions need a template to start from (From); build the Debian system as a template of its own", s.Name)
+			return fmt.Errorf("template %s: instructions need a template or image to start from (From, FromImage); build the Debian system as a template of its own", s.Name)
 		}
+	}
+	if s.RegistryAuth != nil && s.FromImage == "" {
+		return fmt.Errorf("template %s: registry credentials without an image to pull", s.Name)
 	}
 	for _, p := range s.Packages {
 		if !packageRE.MatchString(p) {
 			return fmt.Errorf("template %s: package %q is not a Debian package name", s.Name, p)
 		}
 	}
-	// From a template, an empty user or workdir is the template's.
-	if !userRE.MatchString(s.User) && (s.From == "" || s.User != "") {
+	// From a template or image, an empty user or workdir is its own.
+	if !userRE.MatchString(s.User) && (!derived || s.User != "") {
 		return fmt.Errorf("template %s: user %q is not a valid user name", s.Name, s.User)
 	}
-	if err := checkPath(s.Workdir); err != nil && (s.From == "" || s.Workdir != "") {
+	if err := checkPath(s.Workdir); err != nil && (!derived || s.Workdir != "") {
 		return fmt.Errorf("template %s: workdir: %w", s.Name, err)
 	}
 	for k := range s.Env {

@@ -3,6 +3,8 @@ package template
 import (
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/template/oci"
 )
 
 func testSpec() Spec {
@@ -127,6 +129,23 @@ func TestValidate(t *testing.T) {
 		{"negative uid", func(s *Spec) { s.Steps[2].Dir.UID = -1 }, "negative"},
 		{"empty symlink target", func(s *Spec) { s.Steps[3].Symlink.Target = "" }, "target"},
 		{"bad group", func(s *Spec) { s.Steps[0].User.Groups = []string{"a,b"} }, "group"},
+		{"image and suite", func(s *Spec) { s.FromImage = "alpine:3.20" }, "Debian suite at once"},
+		{"image and template", func(s *Spec) { *s = Spec{Name: "x", From: "base", FromImage: "alpine:3.20"} }, "from an image at once"},
+		{"bad image", func(s *Spec) { *s = Spec{Name: "x", FromImage: "Alpine"} }, "image reference"},
+		{"relative image tarball", func(s *Spec) { *s = Spec{Name: "x", FromImage: "oci-archive:x.tar"} }, "absolute path"},
+		{"credentials without image", func(s *Spec) { s.RegistryAuth = &oci.Auth{Username: "u"} }, "registry credentials"},
+	}
+	// From an image, as from a template, user and workdir may be left to it.
+	img := Spec{Name: "x", FromImage: "alpine:3.20", RegistryAuth: &oci.Auth{Username: "u", Password: "p"},
+		Instructions: []Instruction{{Op: OpRun, Args: []string{"true"}}}}
+	if err := img.Validate(); err != nil {
+		t.Errorf("spec from an image: %v", err)
+	}
+	// Credentials are not part of what is built.
+	anon := img
+	anon.RegistryAuth = nil
+	if img.Hash() != anon.Hash() {
+		t.Error("registry credentials change the spec hash")
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -110,10 +110,10 @@ func (b *Builder) Ensure(ctx context.Context, spec Spec) (*Template, error) {
 	hash := spec.Hash()
 	var from *Template
 	nonce := ""
-	if spec.From != "" {
-		f, err := b.resolveFrom(ctx, spec.From)
+	if spec.From != "" || spec.FromImage != "" {
+		f, err := b.resolveBase(ctx, spec)
 		if err != nil {
-			return nil, fmt.Errorf("template %s: from %s: %w", spec.Name, spec.From, err)
+			return nil, fmt.Errorf("template %s: from %s: %w", spec.Name, cmp.Or(spec.From, spec.FromImage), err)
 		}
 		from, hash = f, derivedHash(spec, f.Hash)
 		if slices.ContainsFunc(spec.Instructions, func(in Instruction) bool { return in.Force }) {
@@ -152,6 +152,15 @@ func (b *Builder) Ensure(ctx context.Context, spec Spec) (*Template, error) {
 		return nil, fmt.Errorf("building template %s: %w", id, err)
 	}
 	return t, nil
+}
+
+// resolveBase returns the template a derived spec starts from: its From
+// template, or its FromImage unpacked into the image cache.
+func (b *Builder) resolveBase(ctx context.Context, spec Spec) (*Template, error) {
+	if spec.FromImage != "" {
+		return b.imageBase(ctx, spec.FromImage, spec.RegistryAuth)
+	}
+	return b.resolveFrom(ctx, spec.From)
 }
 
 // resolveFrom returns the template a spec starts from: a built-in one is

@@ -4,7 +4,12 @@
 // and $VAR expansion are Docker's, and translates the subset the template
 // builder runs:
 //
-//	FROM <template> | debian:<suite>     (one stage; no OCI images yet)
+//	FROM <template> | debian:<suite>     (one stage)
+//	FROM <image>                         (an OCI image: a registry reference
+//	                                      with a tag, digest or registry host, or
+//	                                      docker-archive:/abs/path.tar or
+//	                                      oci-archive:/abs/path.tar; pulled
+//	                                      anonymously)
 //	RUN  (shell and exec form)
 //	COPY, ADD                            (local files; --chown only; ADD does
 //	                                      not fetch URLs or unpack archives)
@@ -27,6 +32,7 @@ import (
 	"github.com/moby/buildkit/frontend/dockerfile/shell"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
+	"github.com/agent-sandbox/agent-sandbox/internal/template/oci"
 )
 
 // Supported lists the instructions Translate accepts, for error messages.
@@ -223,12 +229,21 @@ func (t *translator) from(n *parser.Node, words []string) error {
 		t.res.Spec.From = base.Name
 		return nil
 	}
-	if templateRE.MatchString(image) && image != "scratch" {
+	if image == "scratch" {
+		return errors.New("FROM scratch: a sandbox needs at least /bin/sh; start from a template " +
+			"(see agent-sandbox template list), debian:<suite> or an image")
+	}
+	// A bare name is a template: an image without a tag or registry host
+	// is written with one ("ubuntu:24.04", "docker.io/library/ubuntu").
+	if templateRE.MatchString(image) {
 		t.res.Spec.From = image
 		return nil
 	}
-	return fmt.Errorf("FROM %s: OCI images are not supported yet; start from a template "+
-		"(see agent-sandbox template list) or from debian:<suite>", image)
+	if err := oci.CheckRef(image); err != nil {
+		return fmt.Errorf("FROM %s: %w", image, err)
+	}
+	t.res.Spec.FromImage = image
+	return nil
 }
 
 func (t *translator) arg(n *parser.Node, words []string) error {
