@@ -31,6 +31,10 @@ const inetLink = "sbtinet0" // not HostNamePrefix: the firewall must not treat i
 
 // TestIsolation builds two sandboxes and a test internet, and checks the
 // host-side isolation from inside the sandboxes.
+// isolationTestPrefix is away from DefaultPoolPrefix, which a server's
+// surviving sandboxes may hold.
+var isolationTestPrefix = netip.MustParsePrefix("10.252.0.0/24")
+
 func TestIsolation(t *testing.T) {
 	testenv.RequireRoot(t)
 	testenv.LockFirewall(t)
@@ -72,7 +76,7 @@ func TestIsolation(t *testing.T) {
 		})
 	}
 
-	pool, err := NewPool(DefaultPoolPrefix)
+	pool, err := NewPool(isolationTestPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,8 +307,16 @@ func TestIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p2, _ := NewPool(DefaultPoolPrefix)
-		if err := p2.Restore(leases); err != nil {
+		// Only this test's: sandboxes a stopped server left running keep
+		// their veths (and addresses of the default pool).
+		mine := map[string]VethAddrs{}
+		for _, s := range sbs {
+			if a, ok := leases[s.cfg.SandboxID]; ok {
+				mine[s.cfg.SandboxID] = a
+			}
+		}
+		p2, _ := NewPool(isolationTestPrefix)
+		if err := p2.Restore(mine); err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range sbs {
