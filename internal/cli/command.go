@@ -30,7 +30,7 @@ type command struct {
 var commands = []*command{
 	sandboxListCommand, sandboxKillCommand, sandboxExecCommand, sandboxShellCommand, sandboxAuditCommand, sandboxNetworkCommand,
 	keysCreateCommand, keysListCommand, keysRevokeCommand,
-	templateBuildCommand, templateListCommand, templateRmCommand,
+	templateBuildCommand, templateListCommand, templateRmCommand, templateExt4Command,
 }
 
 const envHelp = `  E2B_API_URL      control-plane URL, e.g. http://localhost:3000

@@ -154,7 +154,7 @@ func (b *Builder) build(ctx context.Context, spec Spec, from *Template, hash, di
 		if err := finalize(root, spec, id, hash); err != nil {
 			return fmt.Errorf("finalizing root filesystem: %w", err)
 		}
-		size, err := diskUsage(rootfs)
+		size, _, err := diskUsage(rootfs)
 		if err != nil {
 			return fmt.Errorf("measuring root filesystem: %w", err)
 		}
@@ -427,12 +427,11 @@ func finalize(root *os.Root, spec Spec, id, hash string) error {
 	return nil
 }
 
-// diskUsage returns the bytes allocated to the tree at dir, counting hard
-// links once.
-func diskUsage(dir string) (int64, error) {
-	var total int64
+// diskUsage returns the bytes allocated to the tree at dir and the number
+// of its entries, counting hard links once.
+func diskUsage(dir string) (bytesUsed, entries int64, err error) {
 	seen := map[[2]uint64]bool{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -451,10 +450,11 @@ func diskUsage(dir string) (int64, error) {
 			}
 			seen[key] = true
 		}
-		total += st.Blocks * 512
+		entries++
+		bytesUsed += st.Blocks * 512
 		return nil
 	})
-	return total, err
+	return bytesUsed, entries, err
 }
 
 func syncFS(dir string) error {

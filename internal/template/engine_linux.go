@@ -224,7 +224,7 @@ func (b *Builder) buildDerived(ctx context.Context, spec Spec, from *Template, h
 	if err := finishRootfs(rootfs, final, id, hash); err != nil {
 		return nil, err
 	}
-	size, err := diskUsage(rootfs)
+	size, _, err := diskUsage(rootfs)
 	if err != nil {
 		return nil, fmt.Errorf("measuring root filesystem: %w", err)
 	}

@@ -111,7 +111,7 @@ func (b *Builder) imageBase(ctx context.Context, ref string, auth *oci.Auth) (_ 
 	}
 	m.User, m.Workdir = imageDefaults(log, root.ReadFile, im.Config)
 	root.Close()
-	if m.SizeBytes, err = diskUsage(rootfs); err != nil {
+	if m.SizeBytes, _, err = diskUsage(rootfs); err != nil {
 		return nil, fmt.Errorf("measuring image: %w", err)
 	}
 	m.Took = time.Since(start).Round(time.Millisecond)
