@@ -108,7 +108,9 @@ def execute(kc, code):
                 }
             )
 
-    reply = kc.execute_interactive(code, output_hook=hook, timeout=120, allow_stdin=False)
+    # stop_on_error=False as the server sends it: otherwise ipykernel
+    # aborts a request that arrives just after an error (the next cell).
+    reply = kc.execute_interactive(code, output_hook=hook, timeout=120, allow_stdin=False, stop_on_error=False)
     return {"status": reply["content"]["status"], "outputs": outputs}
 
 
