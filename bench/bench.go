@@ -100,6 +100,7 @@ const (
 	figFloorRate10 = "floor: processes/s, c=10"
 	figFloorRate50 = "floor: processes/s, c=50"
 	figHostBash    = "host: bash -l -c true"
+	figSandboxBash = "in sandbox: bash -l -c true"
 	figLoopback    = "loopback HTTP, 100 MiB"
 	figFloorMem    = "floor: idle namespaced process"
 )

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,6 +119,32 @@ func runTrue(ctx context.Context, sb *client.Sandbox, n int) (*Latency, error) {
 			return nil, fmt.Errorf("`true` exited %d", code)
 		}
 		l.add(time.Since(t0))
+	}
+	return l, nil
+}
+
+// bashInside runs `bash -l -c true` n times inside sb, as commands.run
+// does, and times each run from within the sandbox, without the API.
+func bashInside(ctx context.Context, sb *client.Sandbox, n int) (*Latency, error) {
+	script := fmt.Sprintf(`for i in $(seq %d); do s=$EPOCHREALTIME; bash -l -c true; e=$EPOCHREALTIME; echo $(( ${e/./} - ${s/./} )); done`, n)
+	var out bytes.Buffer
+	code, err := sb.Run(ctx, script, client.RunOptions{Stdout: &out})
+	if err == nil && code != 0 {
+		err = fmt.Errorf("exited %d", code)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l := &Latency{}
+	for line := range strings.FieldsSeq(out.String()) {
+		us, err := strconv.ParseInt(line, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("parsing %q: %w", line, err)
+		}
+		l.add(time.Duration(us) * time.Microsecond)
+	}
+	if len(l.Samples) != n {
+		return nil, fmt.Errorf("got %d timings, want %d", len(l.Samples), n)
 	}
 	return l, nil
 }
@@ -247,9 +275,15 @@ func measurePooled(ctx context.Context, opts *Options, c *client.Client, createN
 	if err != nil {
 		return nil, fmt.Errorf("commands.run('true'): %w", err)
 	}
+	inside, err := bashInside(ctx, sb, opts.scale(100, 10))
+	if err != nil {
+		return nil, fmt.Errorf("timing bash inside the sandbox: %w", err)
+	}
+	fb := latencyFigure(figSandboxBash, inside)
+	fb.Note = "timed inside the sandbox around each run (bash's EPOCHREALTIME): the share of the round trip that is the command itself"
 	fr := latencyFigure("commands.run('true') round trip", rt)
-	fr.Baseline, fr.target = figHostBash, p50At(2)
-	figs = append(figs, fr)
+	fr.Baseline, fr.target = figSandboxBash, p50At(2)
+	figs = append(figs, fb, fr)
 	for _, t := range []struct {
 		label     string
 		size, rep int

@@ -70,7 +70,7 @@ func startServer(ctx context.Context, opts *Options, pool string) (*server, erro
 	}()
 	if err := s.waitReady(ctx, opts.StartTimeout); err != nil {
 		s.stop()
-		return nil, fmt.Errorf("%w (server log: %s)", err, s.logPath)
+		return nil, fmt.Errorf("%w; the server log %s ends: %s", err, s.logPath, lastLine(s.logPath))
 	}
 	return s, nil
 }
@@ -113,4 +113,19 @@ func (s *server) stop() error {
 		return s.err
 	}
 	return nil
+}
+
+// lastLine returns the last non-empty line of the file at path (at most
+// 1 KiB of it), which is where a server that exited says why.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	last := lines[len(lines)-1]
+	if len(last) > 1<<10 {
+		last = last[len(last)-1<<10:]
+	}
+	return last
 }

@@ -183,12 +183,15 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 	if rec.EnvdAccessToken != "" {
 		body.AccessToken = &rec.EnvdAccessToken
 	}
+	tInit := m.cfg.Now()
 	if err := initEnvd(ctx, inst, body); err != nil {
 		return store.Sandbox{}, m.abort(ctx, rec.ID, inst, log, "initialising envd", err)
 	}
+	tService := m.cfg.Now()
 	if err := startService(ctx, inst, rec, tmpl); err != nil {
 		return store.Sandbox{}, m.abort(ctx, rec.ID, inst, log, "starting the template's service", err)
 	}
+	tRecord := m.cfg.Now()
 	id := rec.ID
 	rec, err := m.cfg.Store.UpdateSandbox(ctx, id, func(sb *store.Sandbox) error {
 		sb.State = store.StateRunning
@@ -199,7 +202,10 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 		return store.Sandbox{}, m.abort(ctx, id, inst, log, "recording running state", err)
 	}
 	m.register(m.newSandbox(rec, inst, log))
-	log.Info("sandbox running", "took", m.cfg.Now().Sub(t0).Round(time.Millisecond))
+	end := m.cfg.Now()
+	log.Info("sandbox running", "took", end.Sub(t0).Round(time.Millisecond))
+	log.Debug("sandbox running: steps", "before_init", tInit.Sub(t0), "init", tService.Sub(tInit),
+		"service", tRecord.Sub(tService), "record", end.Sub(tRecord))
 	return rec, nil
 }
 

@@ -35,6 +35,7 @@ type Backend struct {
 	// host supports them).
 	userns       bool
 	usernsWarned sync.Map // reasons already logged by warnNoUserns
+	disks        diskMaker
 }
 
 var _ isolation.Backend = (*Backend)(nil)
@@ -155,7 +156,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	image := filepath.Join(dir, diskFile)
 	undo.push(func(ctx context.Context) error { return releaseLoops(ctx, image) })
 	tDisk := time.Now()
-	if err := makeDisk(ctx, image, res.DiskSizeMB); err != nil {
+	if err := b.disks.make(ctx, image, res.DiskSizeMB); err != nil {
 		return nil, err
 	}
 	dDisk := time.Since(tDisk)
@@ -308,7 +309,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		return nil, err
 	}
 	log.Debug("sandbox started", "init_pid", cmd.Process.Pid, "envd_pid_in_sandbox", st.EnvdPid, "userns_base", inst.state.UsernsBase,
-		"total", time.Since(t0), "mkfs", dDisk, "netns", dNet, "init", tInit.Sub(t0), "envd", time.Since(tInit))
+		"total", time.Since(t0), "disk", dDisk, "netns", dNet, "init", tInit.Sub(t0), "envd", time.Since(tInit))
 	return inst, nil
 }
 
@@ -345,6 +346,11 @@ func readStatus(ctx context.Context, r *os.File) (initStatus, error) {
 	}
 }
 
+// healthFastPolls is how many times waitHealthy polls 1 ms apart before it
+// backs off: envd usually listens a few ms after init reports, and a create
+// waits for every ms between that and the poll that sees it.
+const healthFastPolls = 20
+
 // waitHealthy polls envd's GET /health until it answers 2xx or ctx ends.
 func (inst *Instance) waitHealthy(ctx context.Context) error {
 	client := &http.Client{Transport: &http.Transport{
@@ -355,7 +361,7 @@ func (inst *Instance) waitHealthy(ctx context.Context) error {
 	}}
 	delay := time.Millisecond
 	var last error
-	for {
+	for attempt := 1; ; attempt++ {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://envd/health", nil)
 		resp, err := client.Do(req)
 		if err == nil {
@@ -373,7 +379,9 @@ func (inst *Instance) waitHealthy(ctx context.Context) error {
 			return fmt.Errorf("waiting for envd: %w: %s", isolation.ErrGone, inst.Exit().Reason)
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 50*time.Millisecond)
+		if attempt >= healthFastPolls {
+			delay = min(2*delay, 50*time.Millisecond)
+		}
 	}
 }
 
