@@ -218,7 +218,7 @@ building it are kept, so building it again is quick.
 				fmt.Fprintf(std.stdout, "removed %s (built %s, %s)\n", t.ID, formatTime(t.BuiltAt), formatSize(t.SizeBytes))
 			}
 			if errors.Is(err, template.ErrNotFound) {
-				return fmt.Errorf("no template named %q or with that ID in %s (see agent-sandbox template list)", args[0], *dataDir)
+				return unknownTemplate(args[0], *dataDir)
 			}
 			return err
 		}
@@ -244,7 +244,7 @@ space). It is kept beside the template's directory and removed with it.
 			b := &template.Builder{DataDir: *dataDir}
 			t, err := b.Lookup(args[0])
 			if errors.Is(err, template.ErrNotFound) {
-				return fmt.Errorf("no template named %q or with that ID in %s (see agent-sandbox template list)", args[0], *dataDir)
+				return unknownTemplate(args[0], *dataDir)
 			}
 			if err != nil {
 				return err
@@ -257,6 +257,11 @@ space). It is kept beside the template's directory and removed with it.
 			return nil
 		}
 	},
+}
+
+// unknownTemplate is the error for a NAME|ID argument the cache lacks.
+func unknownTemplate(ref, dataDir string) error {
+	return fmt.Errorf("no template named %q or with that ID in %s (see agent-sandbox template list)", ref, dataDir)
 }
 
 // formatSize renders a byte count for people, in binary units.
