@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
-	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
+	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/router"
@@ -43,9 +43,9 @@ type Server struct {
 	net       *sandboxNetwork
 	// releaseHost gives back the host lock on sandbox networking.
 	releaseHost func()
-	handler   http.Handler
-	ready     atomic.Bool
-	apiKey    string // printed for the user; "" when none is known in plain text
+	handler     http.Handler
+	ready       atomic.Bool
+	apiKey      string // printed for the user; "" when none is known in plain text
 }
 
 // New opens the data directory and builds every component. Nothing runs
