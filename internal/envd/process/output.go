@@ -171,3 +171,14 @@ func dataEvent(kind outputKind, b []byte) *pb.ProcessEvent {
 	}
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: data}}
 }
+
+// discard reads what is left of an output until EOF and closes it: the
+// stream has ended, but background processes that inherited the pipe or
+// the tty (`bash -c 'srv &'`) may write on. Closing our end at once would
+// kill them with SIGPIPE at their next write, and a dying fork bomb forks
+// again in their place, burning the host's CPU.
+func discard(f *os.File) {
+	_ = f.SetReadDeadline(time.Time{})
+	_, _ = io.Copy(io.Discard, f)
+	f.Close()
+}

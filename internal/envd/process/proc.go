@@ -190,7 +190,7 @@ func (p *proc) wait(timeout time.Duration, onEnd func(*proc)) {
 	p.startDrain()
 	p.pumps.Wait()
 	for _, o := range p.outputs {
-		o.f.Close()
+		go discard(o.f)
 	}
 
 	end := endEvent(p.cmd.ProcessState, waitErr)

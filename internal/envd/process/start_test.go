@@ -418,6 +418,25 @@ func TestDisconnectKeepsProcess(t *testing.T) {
 	}
 }
 
+// TestGrandchildWritesOnAfterStream: a background process that keeps
+// writing to the inherited stdout after the stream ended is not killed by
+// SIGPIPE (a server started with `srv &` that logs, or a fork bomb, whose
+// dying members would be replaced by new forks).
+func TestGrandchildWritesOnAfterStream(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	got := h.run(t, sh("(sleep 1; while :; do echo tick; sleep 0.05; done) & echo $!"))
+	grandchild, err := strconv.Atoi(strings.TrimSpace(got.stdout))
+	if err != nil {
+		t.Fatalf("output %q: %v", got.stdout, err)
+	}
+	t.Cleanup(func() { syscallKill(grandchild) })
+	time.Sleep(drainMax + 2*time.Second) // past the drain: it has written for a while
+	if !livesOn(grandchild) {
+		t.Errorf("background writer %d died after the stream ended", grandchild)
+	}
+}
+
 func TestGrandchildDoesNotHoldStream(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
