@@ -33,10 +33,7 @@ func (h *Handler) connectV1(w http.ResponseWriter, r *http.Request) {
 // 413).
 func (h *Handler) requiredTimeout(w http.ResponseWriter, r *http.Request) (timeout int64, ok bool) {
 	var body connectBody
-	if err := h.decodeBody(w, r, &body); err != nil {
-		if err == errNoBody {
-			writeError(w, http.StatusBadRequest, errNoBody.Error())
-		}
+	if !h.decodeRequiredBody(w, r, &body) {
 		return 0, false
 	}
 	if body.Timeout == nil {

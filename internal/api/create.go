@@ -44,10 +44,7 @@ func (h *Handler) createV2(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout time.Duration, v2 bool) {
 	var body createBody
-	if err := h.decodeBody(w, r, &body); err != nil {
-		if err == errNoBody {
-			writeError(w, http.StatusBadRequest, errNoBody.Error())
-		}
+	if !h.decodeRequiredBody(w, r, &body) {
 		return
 	}
 	if body.TemplateID == "" {

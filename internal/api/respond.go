@@ -62,6 +62,16 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err er
 	}
 }
 
+// decodeRequiredBody is decodeBody for calls whose body is required: an
+// empty one is answered 400. It reports whether v was decoded.
+func (h *Handler) decodeRequiredBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	err := h.decodeBody(w, r, v)
+	if err == errNoBody {
+		writeError(w, http.StatusBadRequest, errNoBody.Error())
+	}
+	return err == nil
+}
+
 // errNoBody is returned by decodeBody when the body is empty.
 var errNoBody = errors.New("request body is required")
 

@@ -222,10 +222,7 @@ type templateView struct {
 // template named by name (or alias), "name:tag" or name plus tags.
 func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 	var body requestBody
-	if err := h.decodeBody(w, r, &body); err != nil {
-		if err == errNoBody {
-			writeError(w, http.StatusBadRequest, errNoBody.Error())
-		}
+	if !h.decodeRequiredBody(w, r, &body) {
 		return
 	}
 	ref := body.Name
@@ -303,10 +300,7 @@ type assignTagsBody struct {
 // the build target ("name:tag", or "name" for its default tag) points at.
 func (h *Handler) assignTemplateTags(w http.ResponseWriter, r *http.Request) {
 	var body assignTagsBody
-	if err := h.decodeBody(w, r, &body); err != nil {
-		if err == errNoBody {
-			writeError(w, http.StatusBadRequest, errNoBody.Error())
-		}
+	if !h.decodeRequiredBody(w, r, &body) {
 		return
 	}
 	name, from, msg := parseTemplateName("target", body.Target)
@@ -347,10 +341,7 @@ type removeTagsBody struct {
 // removeTemplateTags implements DELETE /templates/tags.
 func (h *Handler) removeTemplateTags(w http.ResponseWriter, r *http.Request) {
 	var body removeTagsBody
-	if err := h.decodeBody(w, r, &body); err != nil {
-		if err == errNoBody {
-			writeError(w, http.StatusBadRequest, errNoBody.Error())
-		}
+	if !h.decodeRequiredBody(w, r, &body) {
 		return
 	}
 	name, tag, msg := parseTemplateName("name", body.Name)

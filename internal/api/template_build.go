@@ -76,10 +76,7 @@ func (h *Handler) startTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var body buildBody
-	if err := h.decodeBody(w, r, &body); err != nil {
-		if err == errNoBody {
-			writeError(w, http.StatusBadRequest, errNoBody.Error())
-		}
+	if !h.decodeRequiredBody(w, r, &body) {
 		return
 	}
 	if b.Status != store.BuildWaiting {
