@@ -2,7 +2,10 @@
 // need something of the host (root, user namespaces, mkfs.ext4, Debian's
 // ipykernel, ...) run in CI, which provides it, and skip with a reason
 // elsewhere; in CI (CI=true) a missing requirement fails the test instead, so
-// a suite never passes by silently skipping its real work.
+// a suite never passes by silently skipping its real work. A skip that is not
+// a missing requirement (an architecture without the feature, -short, a fuzz
+// input outside the target) says so in a comment "not a CI requirement",
+// which TestSkipsAreRequirements checks.
 package testenv
 
 import (
