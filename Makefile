@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build serve test test-go test-sdk bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: build serve test test-go test-sdk test-recovery bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
@@ -18,19 +18,28 @@ build:
 serve: deps build
 	bin/agent-sandbox serve
 
-## test: everything — Go unit and root tests, the official-SDK suite, then a
-## smoke run of the benchmark
-test: deps-test build test-go test-sdk bench-smoke
+## test: everything — Go unit and root tests, the official-SDK suite, the
+## crash-recovery test, then a smoke run of the benchmark. CI runs it with
+## CI=true (.ci/run): a test that lacks what it needs then fails, never skips.
+test: deps-test build test-go test-sdk test-recovery bench-smoke
 
 ## test-go: the Go tests; then the security suite on its own, verbose, so that
 ## its table of attacks and their containment is printed (without -race: the
-## harness is not what it tests, and it runs twice as long)
+## harness is not what it tests, and it runs twice as long). test/recovery runs
+## in test-recovery.
 test-go:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /test/security)
+	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
 	$(GO) test -count=1 -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
 
 test-sdk: deps-test build
 	node test/sdk/run.mjs
+
+## test-recovery: a real server killed with SIGKILL while its sandboxes run,
+## then restarted (test/recovery). After test-sdk, whose base template it
+## links into its own data dir, as bench-smoke does; run alone, it has the
+## server build base first (minutes, hence the timeout).
+test-recovery:
+	$(GO) test -count=1 -timeout 30m -v ./test/recovery/
 
 ## bench-smoke: `agent-sandbox bench --quick`, so the benchmark cannot rot. It
 ## fails when the bench cannot measure, never on a figure. Its data dir is its

@@ -26,9 +26,10 @@ fi
 [ "${1:-}" = "--test" ] || exit 0
 
 # The code interpreter's tests run its Python side on the host's Debian
-# Python: a real ipykernel, and matplotlib and pandas for charts and data.
+# Python: a real ipykernel, and matplotlib, pandas and PIL for charts, data
+# and images. Under CI=true a test that lacks them fails (internal/testenv).
 test_pkgs=()
-for p in python3-ipykernel python3-matplotlib python3-pandas; do
+for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || test_pkgs+=("$p")
 done
 if [ ${#test_pkgs[@]} -gt 0 ]; then

@@ -578,6 +578,8 @@ func TestLoad(t *testing.T) {
 func TestV2OnHybrid(t *testing.T) {
 	host := hostLayout(t)
 	if host.mode != Hybrid {
+		// Not a CI requirement: on a v2 host the other tests run this
+		// code, on v1 there is no cgroup2 to run it on.
 		t.Skipf("host layout is %v: the other tests run on it; this one needs hybrid's spare cgroup2", host.mode)
 	}
 	t.Parallel()
@@ -652,6 +654,7 @@ func TestV2OnHybrid(t *testing.T) {
 func TestOpenDirNeedsV2(t *testing.T) {
 	lay := hostLayout(t)
 	if lay.mode == V2 {
+		// Not a CI requirement: the case does not exist on a v2 host.
 		t.Skip("host is v2: OpenDir works (TestV2OnHybrid covers it on hybrid hosts)")
 	}
 	t.Parallel()

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
@@ -46,6 +47,10 @@ Environment:
 			return err
 		})
 		fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes running at once, warm pool members included; 0 = no cap")
+		fs.Func("address-pool", "IPv4 `CIDR` the sandboxes' addresses come from, a /30 each (default "+cfg.AddressPool.String()+"); pick one your network does not use", func(s string) (err error) {
+			cfg.AddressPool, err = netip.ParsePrefix(s)
+			return err
+		})
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var templates list
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")

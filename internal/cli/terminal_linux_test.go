@@ -3,19 +3,19 @@ package cli
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 )
 
 func TestTerminalRawAndRestore(t *testing.T) {
 	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
+	testenv.Require(t, err == nil, fmt.Sprintf("test needs a pseudo-terminal: %v", err))
 	defer ptmx.Close()
 	defer tty.Close()
 	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 99, Rows: 33}); err != nil {
@@ -59,9 +59,7 @@ func TestTerminalRawAndRestore(t *testing.T) {
 func TestSandboxShellCommand(t *testing.T) {
 	setup(t)
 	ptmx, tty, err := pty.Open()
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
+	testenv.Require(t, err == nil, fmt.Sprintf("test needs a pseudo-terminal: %v", err))
 	defer ptmx.Close()
 	defer tty.Close()
 	if err := pty.Setsize(ptmx, &pty.Winsize{Cols: 101, Rows: 31}); err != nil {

@@ -92,6 +92,8 @@ func TestBashInterrupt(t *testing.T) {
 
 func TestBashInterruptShellLoop(t *testing.T) {
 	if testing.Short() {
+		// Not a CI requirement: -short is the developer's opt-out; CI
+		// runs without it.
 		t.Skip("skipping: waits for the interrupt timeout")
 	}
 	rt := startBash(t, t.TempDir())

@@ -3,11 +3,12 @@ package codeinterp
 import (
 	"context"
 	"log/slog"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
 // startPython starts a Python runtime on Debian's ipykernel (the pyenv
@@ -16,13 +17,8 @@ import (
 func startPython(t *testing.T) Runtime {
 	t.Helper()
 	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import ipykernel").CombinedOutput(); err != nil {
-		reason := "test needs " + python + " with ipykernel (apt-get install python3-ipykernel): " + strings.TrimSpace(string(out))
-		if os.Getenv("CI") == "true" {
-			t.Fatal(reason)
-		}
-		t.Skip("skipping: " + reason)
-	}
+	out, err := exec.Command(python, "-c", "import ipykernel").CombinedOutput()
+	testenv.Require(t, err == nil, "test needs "+python+" with ipykernel (apt-get install python3-ipykernel): "+strings.TrimSpace(string(out)))
 	factory, err := PythonFactory(python, t.TempDir(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

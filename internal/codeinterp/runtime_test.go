@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
 // outputs collects what executions emit.
@@ -43,12 +45,12 @@ func run(t *testing.T, rt Runtime, code string) outputs {
 	return o
 }
 
-// requireBinary skips the test when a runtime's interpreter is missing.
+// requireBinary skips the test when a runtime's interpreter is missing;
+// under CI it fails.
 func requireBinary(t *testing.T, name string) {
 	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		t.Skipf("skipping: test needs %s on PATH", name)
-	}
+	_, err := exec.LookPath(name)
+	testenv.Require(t, err == nil, "test needs "+name+" on PATH")
 }
 
 // interruptAfter runs code with a ctx that ends after d and checks that the

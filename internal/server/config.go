@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -51,6 +52,10 @@ type Config struct {
 	// MaxSandboxes caps the sandboxes running at once, pool members
 	// included; 0 = no cap.
 	MaxSandboxes int
+	// AddressPool is the IPv4 prefix the sandboxes' veth links are carved
+	// from, one /30 each (an operator whose network uses the default picks
+	// another). A server restores leases only from veths within it.
+	AddressPool netip.Prefix
 }
 
 // DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
@@ -60,7 +65,8 @@ const DefaultBandwidthMbit = 100
 func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
-		WarmPools: map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		WarmPools:   map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		AddressPool: network.DefaultPoolPrefix,
 	}
 }
 

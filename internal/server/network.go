@@ -31,9 +31,9 @@ type sandboxNetwork struct {
 // gateway from cfg. Nothing is installed until the backend prepares the
 // network.
 func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
-	pool, err := network.NewPool(network.DefaultPoolPrefix)
+	pool, err := network.NewPool(cfg.AddressPool)
 	if err != nil {
-		return nil, fmt.Errorf("setting up the address pool: %w", err)
+		return nil, fmt.Errorf("--address-pool: %w", err)
 	}
 	ceiling, err := loadCeiling(cfg.EgressPolicy)
 	if err != nil {

@@ -1,7 +1,11 @@
 // Package testenv holds helpers that make tests say why they skip. Tests that
-// need root run in CI (which is root) and skip with a reason elsewhere; in CI
-// (CI=true) a missing requirement fails the test instead, so a suite never
-// passes by silently skipping its real work.
+// need something of the host (root, user namespaces, mkfs.ext4, Debian's
+// ipykernel, ...) run in CI, which provides it, and skip with a reason
+// elsewhere; in CI (CI=true) a missing requirement fails the test instead, so
+// a suite never passes by silently skipping its real work. A skip that is not
+// a missing requirement (an architecture without the feature, -short, a fuzz
+// input outside the target) says so in a comment "not a CI requirement",
+// which TestSkipsAreRequirements checks.
 package testenv
 
 import (
@@ -12,16 +16,23 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 )
 
+// Require skips t, with reason, unless ok; under CI it fails t instead.
+// reason says what the test needs and, where it helps, how to get it.
+func Require(t testing.TB, ok bool, reason string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" { // .ci/run sets it
+		t.Fatalf("%s; CI must provide what the root tests need (scripts/install-deps.sh --test, run as root), so under CI=true this fails instead of skipping", reason)
+	}
+	t.Skip("skipping: " + reason)
+}
+
 // RequireRoot skips t unless the test runs as root; under CI it fails.
 func RequireRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("test needs root, and CI must run as root")
-	}
-	t.Skip("skipping: test needs root (it runs in CI, which is root)")
+	Require(t, os.Geteuid() == 0, "test needs root (it runs in CI, which is root)")
 }
 
 // LockFirewall holds the host lock on sandbox networking (hostlock) until t

@@ -1,6 +1,8 @@
 #!/usr/bin/env node
 // Runs the SDK conformance suites and prints one combined
-// "N passed, M failed[, K skipped]". Exit status is 1 when any test failed.
+// "N passed, M failed[, K skipped]". Exit status is 1 when any test failed,
+// and under CI (CI=true) also when any was skipped or left todo: CI has what
+// every test needs, so a skip there hides work not done.
 //
 // 1. envd suite: starts envd (twice: a debug instance on 127.0.0.1:49983 and
 //    an access-token instance on 127.0.0.1:49984) and runs envd/*.test.mjs
@@ -81,6 +83,7 @@ function runTests(files, { concurrency = 1, timeout, label }) {
   return new Promise((resolve, reject) => {
     const counts = { passed: 0, failed: 0, skipped: 0 }
     const failures = []
+    const skips = []
     const diagnostics = []
     // Each file runs in its own child node process with process.env as it is now.
     const stream = run({ files, concurrency, timeout })
@@ -89,8 +92,11 @@ function runTests(files, { concurrency = 1, timeout, label }) {
     // A file that fails to load reports as one failed test named after it.
     stream.on('test:pass', (t) => {
       if (t.details?.type === 'suite') return
-      if (t.skip || t.todo) counts.skipped++
-      else counts.passed++
+      if (t.skip || t.todo) {
+        counts.skipped++
+        const why = typeof (t.skip || t.todo) === 'string' ? `: ${t.skip || t.todo}` : ''
+        skips.push(`${label}${basename(t.file ?? '?')}: ${t.name} (${t.skip ? 'skipped' : 'todo'}${why})`)
+      } else counts.passed++
     })
     stream.on('test:fail', (t) => {
       if (t.details?.type === 'suite') return
@@ -107,7 +113,7 @@ function runTests(files, { concurrency = 1, timeout, label }) {
     const out = stream.compose(new spec())
     out.on('data', (chunk) => process.stdout.write(chunk))
     out.on('error', reject)
-    out.on('end', () => resolve({ counts, failures, diagnostics }))
+    out.on('end', () => resolve({ counts, failures, skips, diagnostics }))
   })
 }
 
@@ -145,6 +151,7 @@ function setupFailure(name, err) {
   return {
     counts: { passed: 0, failed: 1, skipped: 0 },
     failures: [`${name}: ${err.message.split('\n')[0]}`],
+    skips: [],
     diagnostics: [],
     setupFailed: true,
   }
@@ -213,10 +220,11 @@ async function runServerSuite(areas) {
 }
 
 function merge(results) {
-  const total = { counts: { passed: 0, failed: 0, skipped: 0 }, failures: [], diagnostics: [], setupFailed: false }
+  const total = { counts: { passed: 0, failed: 0, skipped: 0 }, failures: [], skips: [], diagnostics: [], setupFailed: false }
   for (const r of results) {
     for (const k of Object.keys(total.counts)) total.counts[k] += r.counts[k]
     total.failures.push(...r.failures)
+    total.skips.push(...r.skips)
     total.diagnostics.push(...r.diagnostics)
     total.setupFailed ||= !!r.setupFailed
   }
@@ -229,7 +237,7 @@ async function main() {
   if (sel.envd) results.push(await runEnvdSuite(sel.envd))
   if (sel.server) results.push(...(await runServerSuite(sel.server)))
 
-  const { counts, failures, diagnostics, setupFailed } = merge(results)
+  const { counts, failures, skips, diagnostics, setupFailed } = merge(results)
   if (sel.server && diagnostics.length) {
     console.log('\nmeasurements:')
     for (const d of diagnostics) console.log(`  - ${d}`)
@@ -239,11 +247,17 @@ async function main() {
     for (const f of failures) console.log(`  - ${f}`)
     console.log('')
   }
+  const ci = process.env.CI === 'true'
+  if (skips.length) {
+    console.log(ci ? '\nskipped tests (under CI=true each counts as a failure):' : '\nskipped tests:')
+    for (const s of skips) console.log(`  - ${s}`)
+    console.log('')
+  }
   let line = `${counts.passed} passed, ${counts.failed} failed`
   if (counts.skipped) line += `, ${counts.skipped} skipped`
   console.log(line)
   if (setupFailed && counts.passed === 0) return 2
-  return counts.failed > 0 ? 1 : 0
+  return counts.failed > 0 || (ci && counts.skipped > 0) ? 1 : 0
 }
 
 process.exitCode = await main()

@@ -165,8 +165,8 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 		StateDir: h.stateDir, RunDir: runDir, CgroupParent: h.cgParent, Log: log,
 		Pool: pool, Firewall: fw, Userns: userns,
 	})
-	if err != nil && userns == jail.UsernsOn {
-		t.Skipf("skipping: this host cannot run sandboxes in user namespaces: %v", err)
+	if userns == jail.UsernsOn {
+		testenv.Require(t, err == nil, fmt.Sprintf("this host cannot run sandboxes in user namespaces: %v", err))
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -35,13 +36,7 @@ var ipykernelMissing = sync.OnceValue(func() string {
 func requireIPyKernel(t *testing.T) {
 	t.Helper()
 	reason := ipykernelMissing()
-	if reason == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal(reason)
-	}
-	t.Skip("skipping: " + reason)
+	testenv.Require(t, reason == "", reason)
 }
 
 func startKernel(t *testing.T) *Kernel {

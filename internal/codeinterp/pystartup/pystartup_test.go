@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -28,15 +30,8 @@ func requirePython(t *testing.T) {
 	t.Helper()
 	const modules = "ipykernel, jupyter_client, IPython, matplotlib, matplotlib_inline, numpy, pandas, PIL"
 	out, err := exec.Command(python, "-c", "import "+modules).CombinedOutput()
-	if err == nil {
-		return
-	}
-	reason := python + " cannot import one of " + modules + " (install python3-ipykernel python3-matplotlib python3-pandas python3-pil): " +
-		err.Error() + ": " + strings.TrimSpace(string(out))
-	if os.Getenv("CI") == "true" {
-		t.Fatal(reason)
-	}
-	t.Skip("skipping: " + reason)
+	testenv.Require(t, err == nil, fmt.Sprintf("%s cannot import one of %s (install python3-ipykernel python3-matplotlib python3-pandas python3-pil): %v: %s",
+		python, modules, err, strings.TrimSpace(string(out))))
 }
 
 type cell struct {

@@ -1,6 +1,7 @@
 package filesystem
 
 import (
+	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -50,9 +51,7 @@ func TestMakeDir(t *testing.T) {
 func TestMakeDirOwnership(t *testing.T) {
 	testenv.RequireRoot(t)
 	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Skipf("skipping: no user nobody to own the directories: %v", err)
-	}
+	testenv.Require(t, err == nil, fmt.Sprintf("test needs a user nobody to own the directories: %v", err))
 	e := newTestEnv(t)
 
 	req := asUser(connect.NewRequest(&pb.MakeDirRequest{Path: e.path("x/y")}), "nobody")

@@ -2,6 +2,7 @@ package filesystem
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/user"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	pb "github.com/agent-sandbox/agent-sandbox/gen/filesystem"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
 func TestStat(t *testing.T) {
@@ -119,15 +121,14 @@ func TestStat(t *testing.T) {
 	}
 }
 
-// requireUserXattrs skips t when the filesystem holding dir cannot store
-// user.* extended attributes (tmpfs before Linux 6.6, overlayfs on some
-// hosts), since metadata lives in them.
+// requireUserXattrs skips t, or fails it under CI, when the filesystem
+// holding dir cannot store user.* extended attributes (tmpfs before Linux
+// 6.6, overlayfs on some hosts), since metadata lives in them.
 func requireUserXattrs(t *testing.T, path string) {
 	t.Helper()
 	err := unix.Setxattr(path, "user.e2b-probe", []byte("1"), 0)
-	if errors.Is(err, unix.ENOTSUP) || errors.Is(err, unix.EOPNOTSUPP) {
-		t.Skipf("skipping: the filesystem of %s (t.TempDir) does not support user xattrs, which hold file metadata", path)
-	}
+	testenv.Require(t, !errors.Is(err, unix.ENOTSUP) && !errors.Is(err, unix.EOPNOTSUPP),
+		fmt.Sprintf("test needs user xattrs, which hold file metadata, on the filesystem of %s (t.TempDir; set TMPDIR)", path))
 	mustDo(t, err)
 	mustDo(t, unix.Removexattr(path, "user.e2b-probe"))
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
@@ -15,10 +16,9 @@ func TestReplaceAndRead(t *testing.T) {
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Setxattr(path, "user.other", []byte("keep"), 0); err != nil {
-		if errors.Is(err, unix.ENOTSUP) {
-			t.Skipf("skipping: %s does not support user xattrs", filepath.Dir(path))
-		}
+	err := unix.Setxattr(path, "user.other", []byte("keep"), 0)
+	testenv.Require(t, !errors.Is(err, unix.ENOTSUP), "test needs user xattrs on "+filepath.Dir(path)+" (t.TempDir; set TMPDIR)")
+	if err != nil {
 		t.Fatal(err)
 	}
 	steps := []map[string]string{

@@ -14,14 +14,14 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
 // TestDiskMakerCopiesMkfs checks that an image written from the kept data
 // of the first is the same valid, sparse filesystem as one mkfs makes.
 func TestDiskMakerCopiesMkfs(t *testing.T) {
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		t.Skip("skipping: needs mkfs.ext4")
-	}
+	_, err := exec.LookPath("mkfs.ext4")
+	testenv.Require(t, err == nil, "test needs mkfs.ext4 (apt-get install e2fsprogs)")
 	dir := t.TempDir()
 	var d diskMaker
 	const sizeMB = 64
@@ -69,9 +69,8 @@ func TestDiskMakerCopiesMkfs(t *testing.T) {
 // BenchmarkMakeDisk compares an image made by mkfs.ext4 with one written
 // from the kept data, at the default size.
 func BenchmarkMakeDisk(b *testing.B) {
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		b.Skip("skipping: needs mkfs.ext4")
-	}
+	_, err := exec.LookPath("mkfs.ext4")
+	testenv.Require(b, err == nil, "benchmark needs mkfs.ext4 (apt-get install e2fsprogs)")
 	dir := b.TempDir()
 	var d diskMaker
 	if err := d.make(context.Background(), filepath.Join(dir, "first"), DefaultDiskSizeMB); err != nil {
