@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -199,6 +200,12 @@ func buildReason(err error, stopping bool) store.BuildReason {
 	var se *template.StepError
 	if errors.As(err, &se) {
 		return store.BuildReason{Message: se.Error(), Step: strconv.Itoa(se.Step), LogTail: se.LogTail}
+	}
+	// The registry client's text around it repeats the refusal per URL
+	// scheme it tried.
+	var re *fetch.RefusedError
+	if errors.As(err, &re) {
+		return store.BuildReason{Message: "fromImage: " + re.Error()}
 	}
 	return store.BuildReason{Message: err.Error()}
 }

@@ -47,6 +47,11 @@ Environment:
 		})
 		fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes running at once, warm pool members included; 0 = no cap")
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
+		var registries []string
+		fs.Func("registry", "`HOST[:PORT]` of a registry fromImage may pull from although it resolves to a loopback, private, link-local or this host's address (refused otherwise); repeat for more; without PORT any port", func(s string) error {
+			registries = append(registries, s)
+			return nil
+		})
 		var templates list
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")
 		debug := fs.Bool("debug", false, "log at debug level")
@@ -55,6 +60,7 @@ Environment:
 				return fmt.Errorf("unexpected argument %q", args[0])
 			}
 			cfg.Templates = templates
+			cfg.Registries = registries
 			if *apiKey == "" {
 				*apiKey = os.Getenv("AGENT_SANDBOX_API_KEY")
 			}

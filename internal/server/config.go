@@ -51,6 +51,10 @@ type Config struct {
 	// MaxSandboxes caps the sandboxes running at once, pool members
 	// included; 0 = no cap.
 	MaxSandboxes int
+	// Registries are the hosts ("HOST" or "HOST:PORT") that fromImage
+	// pulls may reach whatever they resolve to; any other private,
+	// loopback, link-local or host address is refused (package fetch).
+	Registries []string
 }
 
 // DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.

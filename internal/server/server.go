@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
+	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -82,6 +84,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	if s.net, err = newSandboxNetwork(cfg, log); err != nil {
 		return nil, err
 	}
+	// Registry pulls are made for API callers: under the egress ranges.
+	registries, err := fetch.New(fetch.Config{Allow: cfg.Registries, SandboxPools: []netip.Prefix{s.net.pool.Prefix()}})
+	if err != nil {
+		return nil, err
+	}
+	s.templates.RegistryTransport = registries.Transport()
 	backend, err := jail.New(jail.Config{
 		StateDir: filepath.Join(cfg.DataDir, "sandboxes"),
 		Log:      log.With("component", "jail"),
