@@ -142,6 +142,7 @@ func (t *TemplateBuilds) start(ctx context.Context, b store.TemplateBuild, spec 
 	}
 	run := &buildRun{}
 	t.runs[b.ID] = run
+	t.contexts.hold(spec)
 	t.wg.Add(1)
 	go t.run(b, spec, run)
 	return nil
@@ -172,6 +173,7 @@ func (t *TemplateBuilds) run(b store.TemplateBuild, spec template.Spec, run *bui
 	t.mu.Lock()
 	delete(t.runs, b.ID)
 	t.mu.Unlock()
+	t.contexts.release(spec)
 }
 
 // acquire takes the build slot, waiting for the build that holds it; it

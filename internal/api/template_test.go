@@ -75,7 +75,7 @@ func newTemplateAPI(t testing.TB, f *fakeBuilder) *Handler {
 		t.Fatal(err)
 	}
 	f.dir, f.built = t.TempDir(), map[string]*template.Template{}
-	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxUploadBytes: 1 << 20})
+	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxContextBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
