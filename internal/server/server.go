@@ -90,13 +90,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates.RegistryTransport = registries.Transport()
-	backend, err := jail.New(jail.Config{
-		StateDir: filepath.Join(cfg.DataDir, "sandboxes"),
-		Log:      log.With("component", "jail"),
-		Pool:     s.net.pool,
-		Firewall: s.net.firewall,
-		Userns:   jail.UsernsMode(cfg.Userns),
-	})
+	backend, err := jail.New(backendConfig(cfg, log, s.net))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the jail backend: %w", err)
 	}
@@ -116,16 +110,20 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 			Down: uint64(cfg.BandwidthMbit * 1e6),
 			Up:   uint64(cfg.BandwidthMbit * 1e6),
 		},
-		WarmPools:    cfg.WarmPools,
-		MaxSandboxes: cfg.MaxSandboxes,
+		WarmPools:       cfg.WarmPools,
+		MaxSandboxes:    cfg.MaxSandboxes,
+		DiskDir:         sandboxesDir(cfg),
+		DiskReserve:     cfg.DiskReserve,
+		PausedRetention: cfg.PausedRetention,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
 	}
 	if s.builds, err = api.NewTemplateBuilds(ctx, api.TemplateConfig{
-		Builder: apiBuilder{s.templates},
-		Records: st,
-		Log:     log.With("component", "template-api"),
+		Builder:         apiBuilder{s.templates},
+		Records:         st,
+		MaxContextBytes: cfg.MaxBuildContext,
+		Log:             log.With("component", "template-api"),
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}
@@ -133,6 +131,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	return s, nil
+}
+
+// sandboxesDir holds the jail's per-sandbox directories and disk images.
+func sandboxesDir(cfg Config) string { return filepath.Join(cfg.DataDir, "sandboxes") }
+
+// backendConfig is the jail backend's configuration for cfg.
+func backendConfig(cfg Config, log *slog.Logger, net *sandboxNetwork) jail.Config {
+	return jail.Config{
+		StateDir:   sandboxesDir(cfg),
+		Log:        log.With("component", "jail"),
+		Pool:       net.pool,
+		Firewall:   net.firewall,
+		Userns:     jail.UsernsMode(cfg.Userns),
+		NoNewPrivs: cfg.NoNewPrivs,
+	}
 }
 
 // defaultKeyFile keeps the key the server generated on first start, so it
