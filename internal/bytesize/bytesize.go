@@ -28,17 +28,18 @@ func Format(n uint64) string {
 // Parse reads a count: a number (decimals allowed) and one of B, KiB,
 // MiB, GiB, TiB, PiB (or K, M, G, T, P); a bare number is bytes.
 func Parse(s string) (uint64, error) {
-	num := strings.TrimRight(s, "KMGTPiBkmgtpib")
-	suffix := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(s[len(num):], "B"), "b"))
-	v, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	num := strings.TrimRight(s, "BKMGTPIbkmgtpi")
+	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
 		return 0, fmt.Errorf("size %q: want a number of bytes with a unit, e.g. 512MiB or 4GiB", s)
 	}
+	withI := strings.TrimSuffix(strings.ToUpper(s[len(num):]), "B") // "", "K", "KI", …
+	unit := strings.TrimSuffix(withI, "I")
 	mult := 1.0
-	switch suffix = strings.TrimSuffix(suffix, "I"); suffix {
-	case "":
-	case "K", "M", "G", "T", "P":
-		mult = math.Pow(1024, float64(strings.Index("KMGTP", suffix)+1))
+	switch {
+	case withI == "":
+	case len(unit) == 1 && strings.Contains("KMGTP", unit):
+		mult = math.Pow(1024, float64(strings.Index("KMGTP", unit)+1))
 	default:
 		return 0, fmt.Errorf("size %q: unknown unit; use B, KiB, MiB, GiB, TiB or PiB", s)
 	}

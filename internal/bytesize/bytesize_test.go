@@ -22,7 +22,7 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q) = %d, %v, want %d", s, got, err, want)
 		}
 	}
-	for _, s := range []string{"", "GiB", "-1GiB", "1XiB", "1 GiB extra", "1e400", "NaN", "1GB2"} {
+	for _, s := range []string{"", "GiB", "-1GiB", "1XiB", "1 GiB extra", "1e400", "NaN", "1GB2", "1iB", "1KKB", " 1GiB"} {
 		if got, err := Parse(s); err == nil {
 			t.Errorf("Parse(%q) = %d, want an error", s, got)
 		}
