@@ -55,7 +55,9 @@ func startServer(ctx context.Context, opts *Options, pool string) (*server, erro
 		return nil, err
 	}
 	defer logf.Close()
-	args := []string{"serve", "--data-dir", opts.DataDir, "--listen", listen, "--api-key", s.apiKey, "--warm-pool", pool}
+	// No sandbox cap: the density figure counts how many idle sandboxes
+	// fit, past the cap derived from their memory limits.
+	args := []string{"serve", "--data-dir", opts.DataDir, "--listen", listen, "--api-key", s.apiKey, "--warm-pool", pool, "--max-sandboxes", "0"}
 	args = append(args, opts.ServeArgs...)
 	s.cmd = exec.Command(opts.Binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -67,3 +68,32 @@ func TestCreateNoDomain(t *testing.T) {
 	assertJSON(t, w.Body.Bytes(), `{"sandboxID":"isb1","templateID":"tplbase","alias":"base","clientID":"6532622b",
 		"envdVersion":"0.6.4","envdAccessToken":"tok","trafficAccessToken":null,"domain":null}`)
 }
+
+// TestCreateHostBounds: the manager's host bounds reach the caller as E2B
+// JSON errors with the manager's message.
+func TestCreateHostBounds(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{&testError{"this server runs its maximum of 3 sandboxes; kill one first", sandbox.ErrLimit}, 429},
+		{&testError{"not enough free disk for a new sandbox: 1GiB free", sandbox.ErrNoSpace}, 507},
+	} {
+		f := newFake()
+		f.fail = c.err
+		w := serve(newHandler(t, f), apiCase{method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base"}`})
+		if w.Code != c.status {
+			t.Errorf("%v: status %d, want %d", c.err, w.Code, c.status)
+		}
+		assertJSON(t, w.Body.Bytes(), fmt.Sprintf(`{"code":%d,"message":%q}`, c.status, c.err.Error()))
+	}
+}
+
+// testError is an error with a message for the caller, wrapping kind.
+type testError struct {
+	msg  string
+	kind error
+}
+
+func (e *testError) Error() string { return e.msg }
+func (e *testError) Unwrap() error { return e.kind }

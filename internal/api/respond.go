@@ -36,8 +36,8 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 }
 
 // fail turns a manager error about sandbox id into an HTTP answer: not
-// found 404, conflict 409, invalid 400, limit 429, anything else 500 with the detail
-// only in the log.
+// found 404, conflict 409, invalid 400, limit 429, disk below the reserve
+// 507, anything else 500 with the detail only in the log.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound) && id == "":
@@ -54,6 +54,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err er
 		writeError(w, http.StatusBadRequest, err.Error())
 	case errors.Is(err, sandbox.ErrLimit):
 		writeError(w, http.StatusTooManyRequests, err.Error())
+	case errors.Is(err, sandbox.ErrNoSpace):
+		writeError(w, http.StatusInsufficientStorage, err.Error())
 	case errors.Is(err, store.ErrInvalidToken):
 		writeError(w, http.StatusBadRequest, "invalid nextToken")
 	default:

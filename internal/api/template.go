@@ -51,7 +51,7 @@ var _ TemplateRecords = (*store.Store)(nil)
 
 // Defaults of TemplateConfig.
 const (
-	DefaultMaxUploadBytes  = 1 << 30
+	DefaultMaxContextBytes = 2 << 30
 	DefaultMaxQueuedBuilds = 8
 )
 
@@ -59,9 +59,12 @@ const (
 type TemplateConfig struct {
 	Builder TemplateBuilder
 	Records TemplateRecords
-	// MaxUploadBytes bounds one uploaded build context (default
-	// DefaultMaxUploadBytes).
-	MaxUploadBytes int64
+	// MaxContextBytes bounds one uploaded build context, both its upload
+	// and its tar uncompressed (default DefaultMaxContextBytes).
+	MaxContextBytes int64
+	// ContextRetention is how long a build context no build holds is
+	// kept unused (default DefaultContextRetention; template_contexts.go).
+	ContextRetention time.Duration
 	// MaxQueuedBuilds bounds the builds triggered and not finished; one
 	// runs at a time (default DefaultMaxQueuedBuilds).
 	MaxQueuedBuilds int
@@ -74,12 +77,13 @@ type TemplateConfig struct {
 // background, one at a time, and keeps the logs of the builds in progress
 // and the pending upload tokens. Close stops it.
 type TemplateBuilds struct {
-	builder   TemplateBuilder
-	records   TemplateRecords
-	maxUpload int64
-	maxQueued int
-	log       *slog.Logger
-	now       func() time.Time
+	builder    TemplateBuilder
+	records    TemplateRecords
+	maxContext int64
+	maxQueued  int
+	log        *slog.Logger
+	now        func() time.Time
+	contexts   *contexts
 
 	ctx    context.Context // cancelled by Close; the builds run under it
 	cancel context.CancelFunc
@@ -99,12 +103,12 @@ func NewTemplateBuilds(ctx context.Context, cfg TemplateConfig) (*TemplateBuilds
 	}
 	t := &TemplateBuilds{
 		builder: cfg.Builder, records: cfg.Records,
-		maxUpload: cfg.MaxUploadBytes, maxQueued: cfg.MaxQueuedBuilds,
+		maxContext: cfg.MaxContextBytes, maxQueued: cfg.MaxQueuedBuilds,
 		log: cfg.Log, now: cfg.Now,
 		slot: make(chan struct{}, 1), runs: map[string]*buildRun{}, uploads: map[string]pendingUpload{},
 	}
-	if t.maxUpload <= 0 {
-		t.maxUpload = DefaultMaxUploadBytes
+	if t.maxContext <= 0 {
+		t.maxContext = DefaultMaxContextBytes
 	}
 	if t.maxQueued <= 0 {
 		t.maxQueued = DefaultMaxQueuedBuilds
@@ -115,6 +119,10 @@ func NewTemplateBuilds(ctx context.Context, cfg TemplateConfig) (*TemplateBuilds
 	if t.now == nil {
 		t.now = time.Now
 	}
+	t.contexts = &contexts{archive: cfg.Builder.ContextArchive, retention: cfg.ContextRetention, now: t.now, held: map[string]int{}}
+	if t.contexts.retention <= 0 {
+		t.contexts.retention = DefaultContextRetention
+	}
 	n, err := t.records.FailUnfinishedTemplateBuilds(ctx, "the server stopped during the build")
 	if err != nil {
 		return nil, err
@@ -123,11 +131,13 @@ func NewTemplateBuilds(ctx context.Context, cfg TemplateConfig) (*TemplateBuilds
 		t.log.Warn("template builds interrupted by the last shutdown marked failed", "builds", n)
 	}
 	t.ctx, t.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	t.wg.Add(1)
+	go t.sweepContexts()
 	return t, nil
 }
 
-// Close cancels the builds in progress (they end failed) and waits for
-// them.
+// Close cancels the builds in progress (they end failed) and the
+// collection of build contexts, and waits for them.
 func (t *TemplateBuilds) Close() error {
 	t.cancel()
 	t.wg.Wait()

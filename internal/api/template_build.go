@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -141,6 +142,7 @@ func (t *TemplateBuilds) start(ctx context.Context, b store.TemplateBuild, spec 
 	}
 	run := &buildRun{}
 	t.runs[b.ID] = run
+	t.contexts.hold(spec)
 	t.wg.Add(1)
 	go t.run(b, spec, run)
 	return nil
@@ -171,6 +173,7 @@ func (t *TemplateBuilds) run(b store.TemplateBuild, spec template.Spec, run *bui
 	t.mu.Lock()
 	delete(t.runs, b.ID)
 	t.mu.Unlock()
+	t.contexts.release(spec)
 }
 
 // acquire takes the build slot, waiting for the build that holds it; it
@@ -199,6 +202,12 @@ func buildReason(err error, stopping bool) store.BuildReason {
 	var se *template.StepError
 	if errors.As(err, &se) {
 		return store.BuildReason{Message: se.Error(), Step: strconv.Itoa(se.Step), LogTail: se.LogTail}
+	}
+	// The registry client's text around it repeats the refusal per URL
+	// scheme it tried.
+	var re *fetch.RefusedError
+	if errors.As(err, &re) {
+		return store.BuildReason{Message: "fromImage: " + re.Error()}
 	}
 	return store.BuildReason{Message: err.Error()}
 }

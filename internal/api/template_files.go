@@ -65,7 +65,7 @@ func (h *Handler) templateFileLink(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("files hash %q: want 64 lower-case hex digits (a SHA-256)", hash))
 		return
 	}
-	if _, err := os.Stat(h.templates.builder.ContextArchive(hash)); err == nil {
+	if err := h.templates.contexts.use(hash); err == nil {
 		writeJSON(w, http.StatusCreated, fileLinkView{Present: true})
 		return
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -137,14 +137,18 @@ func (h *Handler) uploadTemplateFile(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusLengthRequired, "Content-Length is required")
 		return
 	}
-	if r.ContentLength > h.templates.maxUpload {
-		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("build context of %d bytes is larger than the limit of %d bytes", r.ContentLength, h.templates.maxUpload))
+	limit := h.templates.maxContext
+	if r.ContentLength > limit {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("build context of %d bytes is larger than the limit of %d bytes", r.ContentLength, limit))
 		return
 	}
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(uploadTimeout))
-	err := storeContext(h.templates.builder.ContextArchive(hash), r.Body, r.ContentLength)
+	err := h.templates.storeContext(hash, r.Body, r.ContentLength)
 	var bad *badArchiveError
+	var large *contextTooLargeError
 	switch {
+	case errors.As(err, &large):
+		writeError(w, http.StatusRequestEntityTooLarge, large.Error())
 	case errors.As(err, &bad):
 		w.Header().Set("Connection", "close")
 		writeError(w, http.StatusBadRequest, bad.Error())
@@ -163,11 +167,30 @@ type badArchiveError struct{ msg string }
 
 func (e *badArchiveError) Error() string { return "build context: " + e.msg }
 
-// storeContext writes an uploaded archive of exactly size bytes to dst,
-// after checking that it is a well-formed tar (gzipped or not) with
-// relative entry names. An existing dst is kept: the first upload of a
-// hash wins.
-func storeContext(dst string, body io.Reader, size int64) (err error) {
+// contextTooLargeError is an upload whose tar is larger, uncompressed,
+// than the limit: a gzip bomb, or just too much.
+type contextTooLargeError struct{ limit int64 }
+
+func (e *contextTooLargeError) Error() string {
+	return fmt.Sprintf("build context: more than %d bytes uncompressed, the limit of this server (serve --max-build-context)", e.limit)
+}
+
+// storeContext stores an uploaded archive of exactly size bytes as the
+// context of hash, after checking that it is a well-formed tar (gzipped
+// or not) with relative entry names and within the size limit
+// uncompressed. A context already stored is kept, and counts as used:
+// the first upload of a hash wins. Nothing is left behind on bad input.
+func (t *TemplateBuilds) storeContext(hash string, body io.Reader, size int64) error {
+	dst := t.builder.ContextArchive(hash)
+	if err := writeContext(dst, body, size, t.maxContext); err != nil {
+		return err
+	}
+	return t.contexts.use(hash)
+}
+
+// writeContext writes a checked archive of size bytes to dst unless dst
+// exists.
+func writeContext(dst string, body io.Reader, size, limit int64) (err error) {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
 		return fmt.Errorf("creating the build context directory: %w", err)
 	}
@@ -190,7 +213,7 @@ func storeContext(dst string, body io.Reader, size int64) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := checkArchive(tmp); err != nil {
+	if err := checkArchive(tmp, limit); err != nil {
 		return err
 	}
 	if err := os.Link(tmp, dst); err != nil && !errors.Is(err, fs.ErrExist) {
@@ -199,8 +222,9 @@ func storeContext(dst string, body io.Reader, size int64) (err error) {
 	return nil
 }
 
-// checkArchive reads the archive at name through to the end.
-func checkArchive(name string) error {
+// checkArchive reads the archive at name through to the end, and at
+// most limit bytes of its tar (headers included).
+func checkArchive(name string, limit int64) error {
 	f, err := os.Open(name)
 	if err != nil {
 		return err
@@ -216,10 +240,14 @@ func checkArchive(name string) error {
 		defer zr.Close()
 		rd = zr
 	}
-	tr := tar.NewReader(rd)
+	lr := &io.LimitedReader{R: rd, N: limit + 1}
+	tr := tar.NewReader(lr)
 	entries := 0
 	for {
 		hdr, err := tr.Next()
+		if lr.N <= 0 {
+			return &contextTooLargeError{limit}
+		}
 		if err == io.EOF {
 			break
 		}
@@ -230,7 +258,9 @@ func checkArchive(name string) error {
 		if strings.HasPrefix(hdr.Name, "/") || clean == ".." || strings.HasPrefix(clean, "../") {
 			return &badArchiveError{fmt.Sprintf("entry %q is outside the context", hdr.Name)}
 		}
-		if _, err := io.Copy(io.Discard, tr); err != nil {
+		if _, err := io.Copy(io.Discard, tr); lr.N <= 0 {
+			return &contextTooLargeError{limit}
+		} else if err != nil {
 			return &badArchiveError{"malformed tar: " + err.Error()}
 		}
 		entries++

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"regexp"
 	"strconv"
 
@@ -204,7 +203,7 @@ func (t *TemplateBuilds) instruction(s stepBody) (template.Instruction, error) {
 		return template.Instruction{}, err
 	}
 	if in.Op == template.OpCopy {
-		if _, err := os.Stat(t.builder.ContextArchive(in.FilesHash)); errors.Is(err, fs.ErrNotExist) {
+		if err := t.contexts.use(in.FilesHash); errors.Is(err, fs.ErrNotExist) {
 			return template.Instruction{}, fmt.Errorf("the files of hash %s were not uploaded (GET /templates/{templateID}/files/{hash} gives the upload link)", in.FilesHash)
 		} else if err != nil {
 			return template.Instruction{}, err

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -73,7 +75,7 @@ func newTemplateAPI(t testing.TB, f *fakeBuilder) *Handler {
 		t.Fatal(err)
 	}
 	f.dir, f.built = t.TempDir(), map[string]*template.Template{}
-	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxUploadBytes: 1 << 20})
+	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxContextBytes: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +274,25 @@ func TestTemplateBuildStepFailure(t *testing.T) {
 	call(t, h, "GET", "/templates/broken/tags", "", nil, &tags)
 	if len(tags) != 0 {
 		t.Errorf("tags of a failed build: %+v", tags)
+	}
+}
+
+// TestTemplateBuildRefusedPull: a pull the fetch rules refused fails the
+// build with the refusal alone, not the registry client's text around it.
+func TestTemplateBuildRefusedPull(t *testing.T) {
+	refused := &fetch.RefusedError{Host: "127.0.0.1", Port: "5000", Addr: netip.MustParseAddr("127.0.0.1"),
+		Range: netip.MustParsePrefix("127.0.0.0/8"), Kind: "loopback"}
+	f := &fakeBuilder{fail: fmt.Errorf("pulling 127.0.0.1:5000/x: Get \"https://127.0.0.1:5000/v2/\": %w", refused)}
+	h := newTemplateAPI(t, f)
+	var req templateView
+	call(t, h, "POST", "/v3/templates", `{"name":"img"}`, nil, &req)
+	if code := call(t, h, "POST", "/v2/templates/img/builds/"+req.BuildID, `{"fromImage":"127.0.0.1:5000/x"}`, nil, nil); code != 202 {
+		t.Fatalf("trigger: %d", code)
+	}
+	st := waitBuild(t, h, "img", req.BuildID)
+	want := "fromImage: registry 127.0.0.1:5000 resolves to 127.0.0.1, in the loopback range 127.0.0.0/8: refused; allow it with --registry 127.0.0.1:5000"
+	if st.Status != "error" || st.Reason == nil || st.Reason.Message != want {
+		t.Errorf("status %s, reason %+v\nwant message %q", st.Status, st.Reason, want)
 	}
 }
 

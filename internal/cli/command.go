@@ -208,3 +208,21 @@ func flagSpelling(name string) string {
 	}
 	return "--" + name
 }
+
+// funcValue is a flag.Value of a parser and a printer, so that --help
+// shows a typed setting's default as the flag takes it.
+type funcValue struct {
+	set func(string) error
+	get func() string
+}
+
+// String implements flag.Value.
+func (v funcValue) String() string {
+	if v.get == nil {
+		return ""
+	}
+	return v.get()
+}
+
+// Set implements flag.Value.
+func (v funcValue) Set(s string) error { return v.set(s) }

@@ -6,9 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
+	"strconv"
+	"strings"
+	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/bytesize"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/server"
 )
@@ -46,12 +51,33 @@ Environment:
 			cfg.WarmPools, err = sandbox.ParseWarmPools(s)
 			return err
 		})
-		fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes running at once, warm pool members included; 0 = no cap")
 		fs.Func("address-pool", "IPv4 `CIDR` the sandboxes' addresses come from, a /30 each (default "+cfg.AddressPool.String()+"); pick one your network does not use", func(s string) (err error) {
 			cfg.AddressPool, err = netip.ParsePrefix(s)
 			return err
 		})
+		fs.Var(funcValue{set: func(v string) error { return parseMaxSandboxes(v, &cfg.MaxSandboxes) }, get: func() string { return formatMaxSandboxes(cfg.MaxSandboxes) }},
+			"max-sandboxes", "most sandboxes running at once, warm pool members included: `N`, 0 for no cap, or auto: the host's memory less an eighth (at least 1GiB) kept for the host, over the "+
+				bytesize.Format(sandbox.DefaultMemoryMB<<20)+" each sandbox may use"+hostMaxSandboxes())
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.DiskReserve, err = sandbox.ParseDiskReserve(v); return err }, get: cfg.DiskReserve.String},
+			"disk-reserve", "free disk kept under DIR/sandboxes: a create is refused (507) while less than this plus the sandbox's disk size is free; `SIZE` like 4GiB, or a percentage of the file system like 5%")
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.PausedRetention, err = parseRetention(v); return err }, get: func() string { return formatRetention(cfg.PausedRetention) }},
+			"paused-retention", "how long a sandbox stays paused before it is killed, the reason recorded: `DURATION` like 30d or 12h; 0 = until killed")
+		fs.Var(funcValue{set: func(v string) error {
+			n, err := bytesize.Parse(v)
+			if err == nil && (n == 0 || n > math.MaxInt64) {
+				err = fmt.Errorf("build context limit %q: want a size above 0", v)
+			}
+			cfg.MaxBuildContext = int64(n)
+			return err
+		}, get: func() string { return bytesize.Format(uint64(cfg.MaxBuildContext)) }},
+			"max-build-context", "most bytes an uploaded template build context may hold, both uploaded and as a tar uncompressed (a gzip bomb is refused with 413): `SIZE`")
+		fs.BoolVar(&cfg.NoNewPrivs, "no-new-privs", false, "set no_new_privs in every sandbox: setuid programs such as sudo stop raising privileges, so templates' passwordless sudo no longer works (see docs/SECURITY.md)")
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
+		var registries []string
+		fs.Func("registry", "`HOST[:PORT]` of a registry fromImage may pull from although it resolves to a loopback, private, link-local or this host's address (refused otherwise); repeat for more; without PORT any port; default none", func(s string) error {
+			registries = append(registries, s)
+			return nil
+		})
 		var templates list
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")
 		debug := fs.Bool("debug", false, "log at debug level")
@@ -60,6 +86,7 @@ Environment:
 				return fmt.Errorf("unexpected argument %q", args[0])
 			}
 			cfg.Templates = templates
+			cfg.Registries = registries
 			if *apiKey == "" {
 				*apiKey = os.Getenv("AGENT_SANDBOX_API_KEY")
 			}
@@ -81,4 +108,59 @@ Environment:
 			return srv.Run(ctx, std.stdout)
 		}
 	},
+}
+
+// parseMaxSandboxes reads --max-sandboxes: auto or a count.
+func parseMaxSandboxes(v string, dst *int) error {
+	if v == "auto" {
+		*dst = server.MaxSandboxesAuto
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q: want auto, 0 (no cap) or a count", v)
+	}
+	*dst = n
+	return nil
+}
+
+func formatMaxSandboxes(n int) string {
+	if n == server.MaxSandboxesAuto {
+		return "auto"
+	}
+	return strconv.Itoa(n)
+}
+
+// hostMaxSandboxes says what auto is on this host, for --help.
+func hostMaxSandboxes() string {
+	n, err := server.HostMaxSandboxes()
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf(" (%d on this host)", n)
+}
+
+// parseRetention reads a duration in whole days ("30d") or as Go writes
+// durations ("12h", "90m").
+func parseRetention(v string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(v, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%q: want a count of days such as 30d, or a duration such as 12h", v)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("%q: want a count of days such as 30d, or a duration such as 12h", v)
+	}
+	return d, nil
+}
+
+// formatRetention is the inverse of parseRetention.
+func formatRetention(d time.Duration) string {
+	if d > 0 && d%(24*time.Hour) == 0 {
+		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
+	}
+	return d.String()
 }

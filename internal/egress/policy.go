@@ -459,7 +459,7 @@ func (p *Policy) special(a netip.Addr) (Decision, bool) {
 		}
 	}
 	if rule == "" {
-		r, name, ok := privateRange(a)
+		r, name, ok := PrivateRange(a)
 		if !ok {
 			return Decision{}, false
 		}

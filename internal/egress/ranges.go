@@ -32,8 +32,12 @@ var privateRanges = []struct {
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},
 }
 
-// privateRange returns the private range holding a (already unmapped).
-func privateRange(a netip.Addr) (netip.Prefix, string, bool) {
+// PrivateRange returns the private or reserved range holding a (already
+// unmapped) and its name ("loopback", "link-local", "private", …): the
+// ranges no sandbox reaches unless the operator opens them, and no
+// server-side fetch reaches unless the operator allows the host (package
+// fetch).
+func PrivateRange(a netip.Addr) (netip.Prefix, string, bool) {
 	for _, r := range privateRanges {
 		if r.prefix.Contains(a) {
 			return r.prefix, r.name, true

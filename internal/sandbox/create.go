@@ -55,6 +55,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	if err := m.checkDisk(m.cfg.DefaultDisk); err != nil {
+		return store.Sandbox{}, err
+	}
 
 	now := m.cfg.Now()
 	rec := store.Sandbox{

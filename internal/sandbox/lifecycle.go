@@ -128,7 +128,7 @@ func (m *Manager) Connect(ctx context.Context, id string, d time.Duration) (sb s
 			return store.Sandbox{}, false, fmt.Errorf("resuming sandbox %s: %w", id, err)
 		}
 		s.mu.Lock()
-		s.state, s.endAt = store.StateRunning, rec.EndAt
+		s.state, s.endAt, s.pausedAt = store.StateRunning, rec.EndAt, time.Time{}
 		s.mu.Unlock()
 		s.log.Info("sandbox resumed")
 		return rec, true, nil
@@ -162,6 +162,7 @@ func (m *Manager) pause(ctx context.Context, sb *sandbox) error {
 	}
 	sb.mu.Lock()
 	sb.state = store.StatePaused // Dial refuses from here on
+	sb.pausedAt = m.cfg.Now()
 	conns := sb.takeConnsLocked()
 	sb.mu.Unlock()
 	closeConns(conns)
@@ -171,7 +172,7 @@ func (m *Manager) pause(ctx context.Context, sb *sandbox) error {
 			sb.log.Error("recording failed pause", "err", serr)
 		}
 		sb.mu.Lock()
-		sb.state = store.StateRunning
+		sb.state, sb.pausedAt = store.StateRunning, time.Time{}
 		sb.mu.Unlock()
 		return fmt.Errorf("pausing sandbox %s: %w", sb.id, err)
 	}
@@ -187,7 +188,8 @@ func (sb *sandbox) current() store.State {
 }
 
 // timeoutLoop kills (or, with autoPause, pauses) running sandboxes whose
-// endAt has passed.
+// endAt has passed, and kills sandboxes paused for longer than
+// Config.PausedRetention.
 func (m *Manager) timeoutLoop() {
 	t := time.NewTicker(timeoutTick)
 	defer t.Stop()
@@ -200,7 +202,7 @@ func (m *Manager) timeoutLoop() {
 		now := m.cfg.Now()
 		for _, sb := range m.live() {
 			sb.mu.Lock()
-			due := sb.state == store.StateRunning && !sb.expiring && !sb.endAt.IsZero() && !now.Before(sb.endAt)
+			due := !sb.expiring && m.dueLocked(sb, now)
 			if due {
 				sb.expiring = true
 			}
@@ -212,24 +214,41 @@ func (m *Manager) timeoutLoop() {
 	}
 }
 
-// expire ends sb's lifetime if its endAt has still passed.
+// dueLocked reports whether sb's lifetime has ended: running past its
+// endAt, or paused for longer than the retention. The caller holds sb.mu.
+func (m *Manager) dueLocked(sb *sandbox, now time.Time) bool {
+	switch sb.state {
+	case store.StateRunning:
+		return !sb.endAt.IsZero() && !now.Before(sb.endAt)
+	case store.StatePaused:
+		r := m.cfg.PausedRetention
+		return r > 0 && !sb.pausedAt.IsZero() && now.Sub(sb.pausedAt) >= r
+	}
+	return false
+}
+
+// expire ends sb's lifetime if it is still due.
 func (m *Manager) expire(sb *sandbox) {
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	sb.mu.Lock()
 	sb.expiring = false
-	due := sb.state == store.StateRunning && !m.cfg.Now().Before(sb.endAt)
-	autoPause := sb.autoPause
+	due := m.dueLocked(sb, m.cfg.Now())
+	state, autoPause := sb.state, sb.autoPause
 	sb.mu.Unlock()
-	if !due { // extended or ended meanwhile
+	if !due { // extended, resumed or ended meanwhile
 		return
 	}
 	ctx := context.Background()
 	var err error
-	if autoPause {
+	switch {
+	case state == store.StatePaused:
+		sb.log.Info("paused for longer than the retention: killing sandbox", "retention", m.cfg.PausedRetention)
+		err = m.terminate(ctx, sb, store.StateKilled, pausedTooLong(m.cfg.PausedRetention))
+	case autoPause:
 		sb.log.Info("timeout: pausing sandbox")
 		err = m.pause(ctx, sb)
-	} else {
+	default:
 		err = m.terminate(ctx, sb, store.StateKilled, store.ReasonTimeout)
 	}
 	if err != nil {

@@ -80,6 +80,18 @@ type Config struct {
 	// MaxSandboxes caps the sandboxes this server runs at once, warm pool
 	// members included; 0 = no cap.
 	MaxSandboxes int
+	// DiskDir is where the backend keeps sandbox disk images; while its
+	// file system has less free space than DiskReserve plus a sandbox's
+	// disk size, creates fail with ErrNoSpace (bounds.go). "" = no check.
+	DiskDir     string
+	DiskReserve DiskReserve
+	// PausedRetention is how long a sandbox stays paused before it is
+	// killed (bounds.go); 0 = until it is killed or resumed.
+	PausedRetention time.Duration
+
+	// diskSpace reports the free and total bytes of a directory's file
+	// system (default: statfs); a test seam.
+	diskSpace func(dir string) (avail, total uint64, err error)
 }
 
 // Defaults of the zero Config fields.
@@ -115,6 +127,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PoolIdle <= 0 {
 		c.PoolIdle = DefaultPoolIdle
+	}
+	if c.diskSpace == nil {
+		c.diskSpace = diskSpace
 	}
 }
 
@@ -175,6 +190,7 @@ type sandbox struct {
 	mu        sync.Mutex // guards the fields below; never held across I/O
 	state     store.State
 	endAt     time.Time
+	pausedAt  time.Time // when it was paused; zero while running
 	autoPause bool
 	expiring  bool   // an expiry is in flight
 	epoch     uint64 // bumped whenever tracked connections are dropped
@@ -313,7 +329,7 @@ func (m *Manager) lookup(id string) (*sandbox, error) {
 
 // newSandbox is the in-memory side of a live sandbox whose record is rec.
 func (m *Manager) newSandbox(rec store.Sandbox, inst isolation.Instance, log *slog.Logger) *sandbox {
-	return &sandbox{
+	sb := &sandbox{
 		id:        rec.ID,
 		log:       log,
 		inst:      inst,
@@ -325,6 +341,12 @@ func (m *Manager) newSandbox(rec store.Sandbox, inst isolation.Instance, log *sl
 		conns:     map[*trackedConn]struct{}{},
 		metrics:   newRing(m.ringSize()),
 	}
+	if rec.State == store.StatePaused {
+		// Adopted paused: the record was last written by the pause (or a
+		// later timeout change, which only keeps it longer).
+		sb.pausedAt = rec.UpdatedAt
+	}
+	return sb
 }
 
 // Ingress is what a sandbox's network config says about requests to its

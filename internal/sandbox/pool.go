@@ -361,6 +361,9 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("looking up template %q: %w", name, err)
 	}
+	if err := m.checkDisk(m.cfg.DefaultDisk); err != nil {
+		return nil, err
+	}
 	rec, err := m.record(ctx, store.Sandbox{
 		TemplateID: tmpl.ID,
 		Alias:      tmpl.Name,

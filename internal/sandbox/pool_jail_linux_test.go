@@ -61,6 +61,7 @@ func jailConfig(t *testing.T) (Config, *jail.Backend, *store.Store) {
 		}},
 		EnvdPath: envdPath,
 		Log:      log,
+		DiskDir:  filepath.Join(dir, "sandboxes"),
 	}, backend, st
 }
 

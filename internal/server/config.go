@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/api"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
@@ -50,24 +53,97 @@ type Config struct {
 	// demand; empty: no pools.
 	WarmPools map[string]sandbox.PoolSize
 	// MaxSandboxes caps the sandboxes running at once, pool members
-	// included; 0 = no cap.
+	// included; 0 = no cap, MaxSandboxesAuto (the default) = derived from
+	// the host's memory by Validate (AutoMaxSandboxes).
 	MaxSandboxes int
 	// AddressPool is the IPv4 prefix the sandboxes' veth links are carved
 	// from, one /30 each (an operator whose network uses the default picks
 	// another). A server restores leases only from veths within it.
 	AddressPool netip.Prefix
+	// DiskReserve is the free space creates leave on the file system of
+	// DataDir/sandboxes, beyond the new sandbox's disk size.
+	DiskReserve sandbox.DiskReserve
+	// PausedRetention is how long a sandbox stays paused before it is
+	// killed; 0 = until it is killed or resumed.
+	PausedRetention time.Duration
+	// MaxBuildContext bounds an uploaded build context: its upload and
+	// its tar uncompressed, in bytes.
+	MaxBuildContext int64
+	// NoNewPrivs sets no_new_privs in every sandbox: setuid programs
+	// (sudo) no longer raise privileges (docs/SECURITY.md).
+	NoNewPrivs bool
+	// Registries are the hosts ("HOST" or "HOST:PORT") that fromImage
+	// pulls may reach whatever they resolve to; any other private,
+	// loopback, link-local or host address is refused (package fetch).
+	Registries []string
 }
 
-// DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
-const DefaultBandwidthMbit = 100
+// Defaults of DefaultConfig.
+const (
+	// DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
+	DefaultBandwidthMbit = 100
+	// DefaultMaxBuildContext bounds an uploaded build context.
+	DefaultMaxBuildContext = api.DefaultMaxContextBytes
+)
+
+// DefaultDiskReserve is the default Config.DiskReserve.
+var DefaultDiskReserve = sandbox.DiskReserve{Percent: 5}
 
 // DefaultConfig returns the embedded defaults.
 func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
-		WarmPools:   map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
-		AddressPool: network.DefaultPoolPrefix,
+		AddressPool:     network.DefaultPoolPrefix,
+		WarmPools:       map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		MaxSandboxes:    MaxSandboxesAuto,
+		DiskReserve:     DefaultDiskReserve,
+		PausedRetention: sandbox.DefaultPausedRetention,
+		MaxBuildContext: DefaultMaxBuildContext,
 	}
+}
+
+// MaxSandboxesAuto in Config.MaxSandboxes derives the cap from the host's
+// memory.
+const MaxSandboxesAuto = -1
+
+// AutoMaxSandboxes is the sandbox cap of a host with memTotalMB of memory
+// when each sandbox may use perSandboxMB: the memory less what the host
+// keeps for itself (an eighth, at least 1 GiB), divided among sandboxes,
+// and at least 1. Memory limits are then never overcommitted: every
+// sandbox may fill its limit, and the OOM killer acts in a sandbox, not
+// on the host.
+func AutoMaxSandboxes(memTotalMB, perSandboxMB int) int {
+	return max(1, (memTotalMB-max(memTotalMB/8, 1024))/perSandboxMB)
+}
+
+// HostMaxSandboxes is AutoMaxSandboxes for this host and the default
+// sandbox memory.
+func HostMaxSandboxes() (int, error) {
+	mem, err := hostMemoryMB("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	return AutoMaxSandboxes(mem, sandbox.DefaultMemoryMB), nil
+}
+
+// hostMemoryMB reads MemTotal from a /proc/meminfo.
+func hostMemoryMB(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, fmt.Errorf("reading the host's memory: %w", err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			f := strings.Fields(rest)
+			if len(f) == 2 && f[1] == "kB" {
+				if kb, err := strconv.Atoi(f[0]); err == nil && kb > 0 {
+					return kb >> 10, nil
+				}
+			}
+			return 0, fmt.Errorf("%s: malformed MemTotal line %q", path, line)
+		}
+	}
+	return 0, fmt.Errorf("%s has no MemTotal", path)
 }
 
 // DBPath is the SQLite database inside dataDir; the keys commands open it
@@ -94,8 +170,21 @@ func (c *Config) Validate() error {
 	if c.BandwidthMbit < 0 {
 		return fmt.Errorf("--bandwidth-mbit %g: want 0 (unlimited) or more", c.BandwidthMbit)
 	}
-	if c.MaxSandboxes < 0 {
-		return fmt.Errorf("--max-sandboxes %d: want 0 (no cap) or more", c.MaxSandboxes)
+	switch {
+	case c.MaxSandboxes == MaxSandboxesAuto:
+		n, err := HostMaxSandboxes()
+		if err != nil {
+			return fmt.Errorf("--max-sandboxes auto: %w (give a number)", err)
+		}
+		c.MaxSandboxes = n
+	case c.MaxSandboxes < 0:
+		return fmt.Errorf("--max-sandboxes %d: want auto, 0 (no cap) or more", c.MaxSandboxes)
+	}
+	if c.PausedRetention < 0 {
+		return fmt.Errorf("--paused-retention %s: want 0 (until killed) or more", c.PausedRetention)
+	}
+	if c.MaxBuildContext < 0 {
+		return fmt.Errorf("--max-build-context %d: want a size", c.MaxBuildContext)
 	}
 	if c.DNSUpstream != "" {
 		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -50,5 +52,74 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Domain = %q, want %q", cfg.Domain, tt.wantDomain)
 			}
 		})
+	}
+}
+
+func TestAutoMaxSandboxes(t *testing.T) {
+	for _, c := range []struct{ memMB, perMB, want int }{
+		{24 * 1024, 512, 42},    // 21 GiB left after an eighth: 42 of 512 MiB
+		{4 * 1024, 512, 6},      // 1 GiB kept (more than an eighth): 3 GiB left
+		{16 * 1024, 1024, 14},   // 14 GiB left
+		{1024, 512, 1},          // nothing left: still one
+		{256 * 1024, 2048, 112}, // 224 GiB left
+	} {
+		if got := AutoMaxSandboxes(c.memMB, c.perMB); got != c.want {
+			t.Errorf("AutoMaxSandboxes(%d, %d) = %d, want %d", c.memMB, c.perMB, got, c.want)
+		}
+	}
+}
+
+func TestHostMemoryMB(t *testing.T) {
+	dir := t.TempDir()
+	write := func(content string) string {
+		p := filepath.Join(dir, "meminfo")
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if mb, err := hostMemoryMB(write("MemTotal:       24683940 kB\nMemFree:        22900000 kB\n")); err != nil || mb != 24105 {
+		t.Errorf("hostMemoryMB = %d, %v, want 24105", mb, err)
+	}
+	for _, bad := range []string{"MemFree: 1 kB\n", "MemTotal: lots\n", "MemTotal: 5 MB\n"} {
+		if mb, err := hostMemoryMB(write(bad)); err == nil {
+			t.Errorf("hostMemoryMB of %q = %d, want an error", bad, mb)
+		}
+	}
+}
+
+// TestDefaultsValidate: the defaults validate, auto becomes a cap from the
+// host's memory, and every new bound has its documented default.
+func TestDefaultsValidate(t *testing.T) {
+	bin := t.TempDir()
+	for _, name := range []string{"envd", "codeinterp"} {
+		if err := os.WriteFile(filepath.Join(bin, name), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.EnvdPath = filepath.Join(bin, "envd")
+	if cfg.DiskReserve.String() != "5%" || cfg.PausedRetention != 30*24*time.Hour || cfg.MaxBuildContext != 2<<30 || cfg.NoNewPrivs {
+		t.Errorf("defaults: reserve %s, retention %s, build context %d, no_new_privs %v", cfg.DiskReserve, cfg.PausedRetention, cfg.MaxBuildContext, cfg.NoNewPrivs)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	want, err := HostMaxSandboxes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxSandboxes != want || want < 1 {
+		t.Errorf("MaxSandboxes = %d after Validate, want %d from the host's memory", cfg.MaxSandboxes, want)
+	}
+}
+
+func TestBackendConfig(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		cfg := Config{DataDir: "/srv/asb", Userns: "off", NoNewPrivs: on}
+		jc := backendConfig(cfg, slog.New(slog.DiscardHandler), &sandboxNetwork{})
+		if jc.NoNewPrivs != on || jc.StateDir != "/srv/asb/sandboxes" || jc.Userns != "off" {
+			t.Errorf("NoNewPrivs %v: jail config %+v", on, jc)
+		}
 	}
 }

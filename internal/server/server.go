@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
+	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -82,13 +84,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	if s.net, err = newSandboxNetwork(cfg, log); err != nil {
 		return nil, err
 	}
-	backend, err := jail.New(jail.Config{
-		StateDir: filepath.Join(cfg.DataDir, "sandboxes"),
-		Log:      log.With("component", "jail"),
-		Pool:     s.net.pool,
-		Firewall: s.net.firewall,
-		Userns:   jail.UsernsMode(cfg.Userns),
-	})
+	// Registry pulls are made for API callers: under the egress ranges.
+	registries, err := fetch.New(fetch.Config{Allow: cfg.Registries, SandboxPools: []netip.Prefix{s.net.pool.Prefix()}})
+	if err != nil {
+		return nil, err
+	}
+	s.templates.RegistryTransport = registries.Transport()
+	backend, err := jail.New(backendConfig(cfg, log, s.net))
 	if err != nil {
 		return nil, fmt.Errorf("setting up the jail backend: %w", err)
 	}
@@ -108,16 +110,20 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 			Down: uint64(cfg.BandwidthMbit * 1e6),
 			Up:   uint64(cfg.BandwidthMbit * 1e6),
 		},
-		WarmPools:    cfg.WarmPools,
-		MaxSandboxes: cfg.MaxSandboxes,
+		WarmPools:       cfg.WarmPools,
+		MaxSandboxes:    cfg.MaxSandboxes,
+		DiskDir:         sandboxesDir(cfg),
+		DiskReserve:     cfg.DiskReserve,
+		PausedRetention: cfg.PausedRetention,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
 	}
 	if s.builds, err = api.NewTemplateBuilds(ctx, api.TemplateConfig{
-		Builder: apiBuilder{s.templates},
-		Records: st,
-		Log:     log.With("component", "template-api"),
+		Builder:         apiBuilder{s.templates},
+		Records:         st,
+		MaxContextBytes: cfg.MaxBuildContext,
+		Log:             log.With("component", "template-api"),
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}
@@ -125,6 +131,21 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	return s, nil
+}
+
+// sandboxesDir holds the jail's per-sandbox directories and disk images.
+func sandboxesDir(cfg Config) string { return filepath.Join(cfg.DataDir, "sandboxes") }
+
+// backendConfig is the jail backend's configuration for cfg.
+func backendConfig(cfg Config, log *slog.Logger, net *sandboxNetwork) jail.Config {
+	return jail.Config{
+		StateDir:   sandboxesDir(cfg),
+		Log:        log.With("component", "jail"),
+		Pool:       net.pool,
+		Firewall:   net.firewall,
+		Userns:     jail.UsernsMode(cfg.Userns),
+		NoNewPrivs: cfg.NoNewPrivs,
+	}
 }
 
 // defaultKeyFile keeps the key the server generated on first start, so it

@@ -56,7 +56,7 @@ func (b *Builder) imageBase(ctx context.Context, ref string, auth *oci.Auth) (_ 
 	if err := os.MkdirAll(tmpRoot, 0o700); err != nil {
 		return nil, err
 	}
-	im, err := oci.Open(ctx, ref, oci.Options{Auth: auth, TempDir: tmpRoot})
+	im, err := oci.Open(ctx, ref, oci.Options{Auth: auth, TempDir: tmpRoot, Transport: b.RegistryTransport})
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/template/oci"
 	"github.com/agent-sandbox/agent-sandbox/internal/template/oci/ocitest"
@@ -126,6 +127,24 @@ func TestTemplateFromImage(t *testing.T) {
 	meta, err := os.ReadFile(filepath.Join(filepath.Dir(tmpl.RootFS), metaFile))
 	if err != nil || bytes.Contains(meta, []byte(`"pw"`)) || !bytes.Contains(meta, []byte(`"fromImage"`)) {
 		t.Errorf("template.json (%v) holds the registry password or lacks the image:\n%s", err, meta)
+	}
+
+	// Through the server's fetch transport the registry, on loopback, is
+	// refused with the rule named, unless the operator allowed it.
+	for _, allow := range [][]string{nil, {host}} {
+		d, err := fetch.New(fetch.Config{Allow: allow})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := testBuilder(t, data)
+		b.RegistryTransport = d.Transport()
+		_, err = b.Ensure(t.Context(), spec)
+		var re *fetch.RefusedError
+		if allowed := allow != nil; allowed && err != nil {
+			t.Errorf("pull from the allowed registry %s: %v", host, err)
+		} else if !allowed && !errors.As(err, &re) {
+			t.Errorf("pull from %s, not allowed: %v, want a refusal", host, err)
+		}
 	}
 
 	// Without the registry's credentials, the pull fails and says so.

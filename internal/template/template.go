@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,6 +64,10 @@ type Builder struct {
 	// Progress, when not nil, receives a progress display: one redrawn
 	// line with a bar on a terminal, plain lines per phase otherwise.
 	Progress io.Writer
+	// RegistryTransport carries the registry pulls of FromImage builds;
+	// nil is http.DefaultTransport (the CLI, run by the operator). The
+	// server, pulling what API callers name, sets a fetch.Dialer's.
+	RegistryTransport http.RoundTripper
 
 	// Test seams: bootstrap replaces the debootstrap stage; hook sees
 	// every progress event.

@@ -28,6 +28,7 @@ import { run } from 'node:test'
 import { spec } from 'node:test/reporters'
 
 import { startEnvdPair } from './envd-process.mjs'
+import { imageOf, startRegistry, TEST_IMAGE_FILES } from './registry.mjs'
 import { killTaggedSandboxes, serverDataDir, startServer, TLS_DOMAIN_NAME } from './server-process.mjs'
 
 const HERE = dirname(fileURLToPath(import.meta.url))
@@ -164,10 +165,14 @@ function setupFailure(name, err) {
 async function runServerMode(mode, files) {
   const label = `server[${mode}] `
   console.log(`\n=== server suite, ${mode} mode (data dir ${serverDataDir()}) ===`)
+  // The registry the fromImage tests may pull from: on loopback, so the
+  // server reaches it only because --registry allows it.
+  const registry = await startRegistry({ 'x:latest': imageOf(TEST_IMAGE_FILES) })
   let server
   try {
-    server = await startServer({ mode })
+    server = await startServer({ mode, extraArgs: ['--registry', registry.host] })
   } catch (err) {
+    await registry.close()
     console.error(`server (${mode}) setup failed: ${err.message}`)
     return setupFailure(`${label}setup`, err)
   }
@@ -189,6 +194,7 @@ async function runServerMode(mode, files) {
       SDK_TEST_MODE: mode,
       SDK_TEST_API_URL: server.url,
       SDK_TEST_RUN: runTag,
+      SDK_TEST_REGISTRY: registry.host,
     })
     result = await runTests(files, { concurrency: SERVER_CONCURRENCY, timeout: SERVER_FILE_TIMEOUT_MS, label })
     console.log(`server suite (${mode}) took ${((Date.now() - t0) / 1000).toFixed(0)} s`)
@@ -199,6 +205,7 @@ async function runServerMode(mode, files) {
     result ??= setupFailure(`${label}run`, err)
     if (!result.setupFailed) console.error(`server (${mode}): ${err.message}`)
   } finally {
+    await registry.close()
     const exit = await server.stop()
     const path = join(tmpdir(), `agent-sandbox-sdk-${mode}.log`)
     writeFileSync(path, server.output())

@@ -92,11 +92,13 @@ function tlsHealth(port, host, caPath) {
  * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
  *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
  *
+ * extraArgs are appended to the serve command line.
+ *
  * Returns { mode, url, port, pid, apiKey, dataDir, caPath, domain, env, stop(), output() }.
  * env is what the test processes need (E2B_* and NODE_EXTRA_CA_CERTS; the
  * runner adds the DNS preload).
  */
-export async function startServer({ mode = 'header', port, dataDir = serverDataDir(), apiKey = newApiKey() } = {}) {
+export async function startServer({ mode = 'header', port, dataDir = serverDataDir(), apiKey = newApiKey(), extraArgs = [] } = {}) {
   const bin = resolveServerBin()
   port ??= await freePort()
   const listen = `127.0.0.1:${port}`
@@ -108,6 +110,7 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
   // first start, as layers over base).
   const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey, '--templates', 'code-interpreter-v1,desktop,browser']
   if (tls) args.push('--tls', '--domain', domain)
+  args.push(...extraArgs)
 
   const child = spawnTracked(bin, args, { logKeep: LOG_KEEP, graceMs: STOP_GRACE_MS })
   const { stop, output } = child

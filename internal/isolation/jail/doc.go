@@ -55,5 +55,5 @@
 // user "user", and no_new_privs disables setuid. That is safe because the
 // bounding set is already reduced, so a setuid-root program gains nothing
 // that root in the sandbox does not already have. Operators who want no
-// user→root transition at all turn it on.
+// user→root transition at all turn it on (serve --no-new-privs).
 package jail

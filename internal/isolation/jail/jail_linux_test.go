@@ -3,6 +3,7 @@ package jail
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -287,14 +288,33 @@ func TestLimits(t *testing.T) {
 	})
 }
 
+// TestNoNewPrivs runs a setuid-root program as user with Config.NoNewPrivs
+// (serve --no-new-privs) off and on: off it runs as root, as sudo does in
+// the templates; on it keeps the caller's uid. In both the probe first
+// checks that the program is setuid root, so a copy that lost the bit
+// cannot pass for "blocked".
 func TestNoNewPrivs(t *testing.T) {
-	b := newTestBackend(t, func(c *Config) { c.NoNewPrivs = true })
-	inst := startSandbox(t, b, testSpec(t, isolation.Resources{}))
-	if out := sh(t, inst, "grep NoNewPrivs /proc/self/status"); !strings.Contains(out, "NoNewPrivs:\t1") {
-		t.Errorf("status: %s", out)
-	}
-	if r := run(t, inst, "user", "/usr/bin/suid-id", "-u"); strings.TrimSpace(r.stdout) != "1000" {
-		t.Errorf("setuid id under no_new_privs: euid %q %s", r.stdout, r.stderr)
+	for _, c := range []struct {
+		on         bool
+		status     string
+		euidAsUser string
+	}{{false, "NoNewPrivs:\t0", "0"}, {true, "NoNewPrivs:\t1", "1000"}} {
+		t.Run(fmt.Sprintf("no_new_privs=%v", c.on), func(t *testing.T) {
+			b := newTestBackend(t, func(cfg *Config) { cfg.NoNewPrivs = c.on })
+			inst := startSandbox(t, b, testSpec(t, isolation.Resources{}))
+			if out := sh(t, inst, "stat -c '%a %u' /usr/bin/suid-id"); out != "4755 0\n" {
+				t.Fatalf("/usr/bin/suid-id is %q, want mode 4755 owned by root", out)
+			}
+			if r := run(t, inst, "user", "/usr/bin/id", "-u"); strings.TrimSpace(r.stdout) != "1000" {
+				t.Fatalf("id as user: %q %s", r.stdout, r.stderr)
+			}
+			if out := run(t, inst, "user", "/bin/grep", "NoNewPrivs", "/proc/self/status").stdout; !strings.Contains(out, c.status) {
+				t.Errorf("status of a user process: %q, want %q", out, c.status)
+			}
+			if r := run(t, inst, "user", "/usr/bin/suid-id", "-u"); strings.TrimSpace(r.stdout) != c.euidAsUser {
+				t.Errorf("setuid-root id as user: euid %q %s, want %s", r.stdout, r.stderr, c.euidAsUser)
+			}
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -49,6 +50,11 @@ type Options struct {
 	TempDir string
 	// Limits bound the image; zero fields take DefaultLimits'.
 	Limits Limits
+	// Transport carries the registry requests and the redirects they
+	// follow; nil is http.DefaultTransport. A server pulling for an API
+	// caller passes one that refuses private and host addresses (package
+	// fetch).
+	Transport http.RoundTripper
 }
 
 // Image is an image opened for unpacking; Close releases it.
@@ -107,7 +113,7 @@ func Open(ctx context.Context, ref string, opts Options) (_ *Image, err error) {
 	if p, ok := ArchivePath(ref); ok {
 		im.img, im.close, err = openArchive(p, opts.TempDir, im.limits)
 	} else {
-		im.img, err = openRemote(ctx, ref, opts.Auth)
+		im.img, err = openRemote(ctx, ref, opts.Auth, opts.Transport)
 	}
 	if err != nil {
 		return nil, err
@@ -135,7 +141,7 @@ func Open(ctx context.Context, ref string, opts Options) (_ *Image, err error) {
 // Close releases what Open holds: the blobs of an OCI layout tarball.
 func (im *Image) Close() error { return im.close() }
 
-func openRemote(ctx context.Context, ref string, auth *Auth) (v1.Image, error) {
+func openRemote(ctx context.Context, ref string, auth *Auth, t http.RoundTripper) (v1.Image, error) {
 	r, err := name.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("image reference %q: %w", ref, err)
@@ -144,8 +150,12 @@ func openRemote(ctx context.Context, ref string, auth *Auth) (v1.Image, error) {
 	if auth != nil {
 		a = &authn.Basic{Username: auth.Username, Password: auth.Password}
 	}
-	img, err := remote.Image(r, remote.WithContext(ctx), remote.WithAuth(a),
-		remote.WithPlatform(Platform), remote.WithUserAgent("agent-sandbox"))
+	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuth(a),
+		remote.WithPlatform(Platform), remote.WithUserAgent("agent-sandbox")}
+	if t != nil {
+		opts = append(opts, remote.WithTransport(t))
+	}
+	img, err := remote.Image(r, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("pulling %s: %w", ref, err)
 	}

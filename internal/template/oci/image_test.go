@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,6 +12,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/template/oci/ocitest"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
@@ -73,6 +76,9 @@ func TestOpenAndUnpack(t *testing.T) {
 	if err := ocitest.WriteOCIArchive(ociTar, img); err != nil {
 		t.Fatal(err)
 	}
+	// The registries are on loopback, which a server-side pull reaches
+	// only when the operator allows it.
+	allowed := transport(t, host, authed)
 	for _, c := range []struct {
 		name, ref string
 		auth      *Auth
@@ -85,7 +91,7 @@ func TestOpenAndUnpack(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tmp := t.TempDir()
-			im, err := Open(t.Context(), c.ref, Options{Auth: c.auth, TempDir: tmp})
+			im, err := Open(t.Context(), c.ref, Options{Auth: c.auth, TempDir: tmp, Transport: allowed})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,12 +117,48 @@ func TestOpenAndUnpack(t *testing.T) {
 		})
 	}
 	t.Run("registry without credentials", func(t *testing.T) {
-		if _, err := Open(t.Context(), authed+"/private/img:v1", Options{}); err == nil {
+		if _, err := Open(t.Context(), authed+"/private/img:v1", Options{Transport: allowed}); err == nil {
 			t.Fatal("pulled from a registry that wants credentials without any")
 		} else {
 			t.Log(err)
 		}
 	})
+}
+
+// transport returns a server-side fetch transport that allows hosts.
+func transport(t *testing.T, hosts ...string) http.RoundTripper {
+	t.Helper()
+	d, err := fetch.New(fetch.Config{Allow: hosts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Transport()
+}
+
+// TestOpenRefusesLoopbackRegistry: through the server's fetch transport a
+// registry on loopback is refused with the rule named, unless allowed;
+// allowed, the same pull succeeds (the positive control).
+func TestOpenRefusesLoopbackRegistry(t *testing.T) {
+	host := ocitest.Registry(t, "", "")
+	ref := host + "/test/img:v1"
+	if err := ocitest.Push(ref, testImage(t), "", ""); err != nil {
+		t.Fatal(err)
+	}
+	im, err := Open(t.Context(), ref, Options{Transport: transport(t, host)})
+	if err != nil {
+		t.Fatalf("allowed registry: %v", err)
+	}
+	im.Close()
+	_, err = Open(t.Context(), ref, Options{Transport: transport(t)})
+	var re *fetch.RefusedError
+	if !errors.As(err, &re) {
+		t.Fatalf("registry on loopback, not allowed: %v, want a refusal", err)
+	}
+	want := "registry " + host + " resolves to 127.0.0.1, in the loopback range 127.0.0.0/8: refused; allow it with --registry " + host
+	if re.Error() != want || !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal %q\nwant %q", err, want)
+	}
+	t.Log(err)
 }
 
 func TestOpenRefusesOtherPlatforms(t *testing.T) {

@@ -1,0 +1,7 @@
+//go:build !linux
+
+package sandbox
+
+import "errors"
+
+func diskSpace(string) (avail, total uint64, err error) { return 0, 0, errors.ErrUnsupported }
