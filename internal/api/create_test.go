@@ -35,7 +35,7 @@ func TestCreate(t *testing.T) {
 		{name: "v1 defaults", method: "POST", target: "/sandboxes", body: `{"templateID":"base"}`,
 			status: 201,
 			wantJSON: `{"sandboxID":"isb1","templateID":"tplbase","alias":"base","clientID":"6532622b",
-				"envdVersion":"0.6.4","trafficAccessToken":null,"domain":"example.test"}`,
+				"envdVersion":"0.6.4","envdAccessToken":"tok","trafficAccessToken":null,"domain":"example.test"}`,
 			check: created(sandbox.CreateRequest{Template: "base", Timeout: 15 * time.Second})},
 		{name: "v1 as 2.45 and Python send it", method: "POST", target: "/sandboxes",
 			body: `{"templateID":"base","timeout":300,"secure":true,"allow_internet_access":true,

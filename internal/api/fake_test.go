@@ -65,9 +65,9 @@ func (f *fakeSandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (
 		StartedAt:  testNow,
 		EndAt:      testNow.Add(req.Timeout),
 		Metadata:   req.Metadata,
-	}
-	if req.Secure {
-		sb.EnvdAccessToken = "tok"
+		// As the manager does: a token whatever Secure says.
+		EnvdAccessToken: "tok",
+		Secure:          req.Secure,
 	}
 	f.sbs[sb.ID] = sb
 	return sb, nil

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -29,7 +31,8 @@ envd is the agent-sandbox guest agent. It serves the E2B envd protocol
 /metrics) over HTTP/1.1 and cleartext HTTP/2.
 
 Until the control plane calls POST /init, requests act as --default-user in
---default-workdir, and no access token is required.
+--default-workdir, and need the access token read from --access-token-fd if
+one was given (none otherwise).
 
 Flags:
 `
@@ -41,7 +44,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(io.Discard) // errors are returned; usage is printed below
 	var cfg Config
 	var showVersion bool
+	tokenFd := -1
 	fs.StringVar(&cfg.Addr, "addr", "0.0.0.0:49983", "TCP `address` to listen on")
+	fs.IntVar(&tokenFd, "access-token-fd", -1, "read the access token from file descriptor `n` (which is then closed) and require it from the first request")
 	fs.StringVar(&cfg.Defaults.User, "default-user", "root", "`user` that requests act as until /init sets another")
 	fs.StringVar(&cfg.Defaults.Workdir, "default-workdir", "", "working `directory` for commands and relative paths until /init sets one (empty: the user's home)")
 	fs.BoolVar(&showVersion, "version", false, "print the envd protocol version and exit")
@@ -61,9 +66,43 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stdout, Version)
 		return nil
 	}
+	if tokenFd >= 0 {
+		token, err := readAccessToken(tokenFd)
+		if err != nil {
+			return err
+		}
+		cfg.Defaults.AccessToken = token
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	go startSpareThreads(spareThreads) // in the background: no start-up delay
 	return Serve(ctx, cfg, log)
+}
+
+// maxAccessToken bounds what readAccessToken reads.
+const maxAccessToken = 4 << 10
+
+// readAccessToken reads the access token from fd to its end and closes fd.
+// The launcher hands it over this way (a pipe it filled) so that the token
+// is in no command line or environment that processes in the sandbox can
+// read.
+func readAccessToken(fd int) (string, error) {
+	f := os.NewFile(uintptr(fd), "access-token")
+	if f == nil {
+		return "", fmt.Errorf("reading the access token: fd %d is not valid", fd)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxAccessToken+1))
+	if err != nil {
+		return "", fmt.Errorf("reading the access token from fd %d: %w", fd, err)
+	}
+	token := strings.TrimSpace(string(b))
+	switch {
+	case len(b) > maxAccessToken:
+		return "", fmt.Errorf("reading the access token from fd %d: longer than %d bytes", fd, maxAccessToken)
+	case token == "":
+		return "", fmt.Errorf("reading the access token from fd %d: it is empty", fd)
+	}
+	return token, nil
 }
 
 // spareThreads is how many OS threads envd starts with beyond what the Go

@@ -51,6 +51,11 @@ type Spec struct {
 	// Tools are further host binaries to mount read-only into the
 	// sandbox: guest path → host path (the code interpreter server).
 	Tools map[string]string
+	// EnvdAccessToken is what envd requires from its first request. The
+	// backend hands it over where no process in the sandbox can read it
+	// (not envd's command line or environment). Empty: envd starts open,
+	// until /init sets one.
+	EnvdAccessToken string
 }
 
 // Resources are the sandbox's quotas. Zero means the backend's default.

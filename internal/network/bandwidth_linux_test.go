@@ -19,12 +19,13 @@ import (
 )
 
 // TestBandwidth caps a sandbox both ways and measures TCP throughput
-// through the caps. The connections are opened by the host to a listener
-// inside the sandbox, as a proxy on the host would answer a sandbox: the
-// firewall, if another test has it installed, lets host-initiated traffic
-// through, and both directions cross the host end like forwarded traffic.
+// through the caps. The connections are opened by the sandbox to a
+// listener on its gateway, on a port the firewall lets in, as a sandbox
+// reaches the egress proxy on the host (the host opens no connection to a
+// sandbox); both directions cross the host end like forwarded traffic.
 func TestBandwidth(t *testing.T) {
 	testenv.RequireRoot(t)
+	testenv.LockFirewall(t)
 	runDir := t.TempDir()
 	t.Cleanup(func() { _ = unix.Unmount(Dir(runDir), unix.MNT_DETACH) })
 
@@ -54,12 +55,27 @@ func TestBandwidth(t *testing.T) {
 			t.Errorf("ifb %s still there", ifbName(host))
 		}
 	})
-	var ln net.Listener
-	must(t, ns.Do(func() (err error) {
-		ln, err = net.Listen("tcp4", netip.AddrPortFrom(addrs.Sandbox, 0).String())
-		return err
-	}))
+	ln, err := net.Listen("tcp4", netip.AddrPortFrom(addrs.Gateway, 0).String())
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { ln.Close() })
+	// A table a stopped server left is shared, as in TestIsolation.
+	existed := tableListed(t)
+	fw, err := NewFirewall(FirewallConfig{HostTCPPorts: []uint16{uint16(ln.Addr().(*net.TCPAddr).Port)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fw.EnsureBase(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !existed {
+		t.Cleanup(func() {
+			if err := fw.Delete(context.Background()); err != nil {
+				t.Errorf("deleting firewall: %v", err)
+			}
+		})
+	}
 
 	const capBits = 10e6
 	capped := Bandwidth{Down: capBits, Up: capBits}
@@ -70,8 +86,8 @@ func TestBandwidth(t *testing.T) {
 	}
 	checkShapers(t, host, capped)
 
-	down := throughput(t, ln, true, 500*time.Millisecond, 2500*time.Millisecond)
-	up := throughput(t, ln, false, 500*time.Millisecond, 2500*time.Millisecond)
+	down := throughput(t, ns, ln, true, 500*time.Millisecond, 2500*time.Millisecond)
+	up := throughput(t, ns, ln, false, 500*time.Millisecond, 2500*time.Millisecond)
 	t.Logf("capped at %.0f Mbit/s: down %.2f Mbit/s, up %.2f Mbit/s", capBits/1e6, down/1e6, up/1e6)
 	for _, m := range []struct {
 		dir  string
@@ -93,8 +109,8 @@ func TestBandwidth(t *testing.T) {
 		t.Fatalf("SetBandwidth(%s, {}): %v", host, err)
 	}
 	checkShapers(t, host, Bandwidth{})
-	down = throughput(t, ln, true, 200*time.Millisecond, 500*time.Millisecond)
-	up = throughput(t, ln, false, 200*time.Millisecond, 500*time.Millisecond)
+	down = throughput(t, ns, ln, true, 200*time.Millisecond, 500*time.Millisecond)
+	up = throughput(t, ns, ln, false, 200*time.Millisecond, 500*time.Millisecond)
 	t.Logf("uncapped: down %.0f Mbit/s, up %.0f Mbit/s", down/1e6, up/1e6)
 	if down < 5*capBits || up < 5*capBits {
 		t.Errorf("uncapped: down %.2f, up %.2f Mbit/s, want far above %.0f", down/1e6, up/1e6, capBits/1e6)
@@ -210,13 +226,13 @@ func checkTbf(t *testing.T, link netlink.Link, bits uint64) {
 	}
 }
 
-// throughput opens a connection from the host to ln, in the sandbox, sends
-// on it toward the sandbox (down) or from it, and returns the rate in
+// throughput opens a connection from the sandbox ns to ln, on the host,
+// sends on it toward the sandbox (down) or from it, and returns the rate in
 // bits/s at which the receiving socket took in data during span, after a
 // warm-up that lets slow start and the initial burst pass. The kernel's
 // count (tcpi_bytes_received) is used rather than what the test reads, so
 // that a reader descheduled on a busy machine does not show as a stall.
-func throughput(t *testing.T, ln net.Listener, down bool, warm, span time.Duration) float64 {
+func throughput(t *testing.T, ns *Namespace, ln net.Listener, down bool, warm, span time.Duration) float64 {
 	t.Helper()
 	accepted := make(chan net.Conn, 1)
 	go func() {
@@ -227,17 +243,19 @@ func throughput(t *testing.T, ln net.Listener, down bool, warm, span time.Durati
 		}
 		accepted <- c
 	}()
-	hostConn, err := net.DialTimeout("tcp4", ln.Addr().String(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	sbConn, err := ns.Dial(ctx, "tcp4", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer hostConn.Close()
-	sbConn, ok := <-accepted
+	defer sbConn.Close()
+	hostConn, ok := <-accepted
 	if !ok {
 		t.Fatal("accept failed")
 	}
-	defer sbConn.Close()
-	src, dst := sbConn, net.Conn(hostConn)
+	defer hostConn.Close()
+	src, dst := sbConn, hostConn
 	if down {
 		src, dst = dst, src
 	}

@@ -23,6 +23,7 @@ const (
 	chainPrerouting  = "prerouting"
 	chainInput       = "input"
 	chainForward     = "forward"
+	chainOutput      = "output"
 	chainFrom        = "from_sandbox"
 	chainPostrouting = "postrouting"
 	mapSandboxes     = "sandboxes"
@@ -114,6 +115,8 @@ func (f *Firewall) EnsureBase(ctx context.Context) error {
 		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	forward := c.AddChain(&nftables.Chain{Name: chainForward, Table: table, Type: nftables.ChainTypeFilter,
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	output := c.AddChain(&nftables.Chain{Name: chainOutput, Table: table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookOutput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	from := c.AddChain(&nftables.Chain{Name: chainFrom, Table: table})
 	postrouting := c.AddChain(&nftables.Chain{Name: chainPostrouting, Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
@@ -121,7 +124,7 @@ func (f *Firewall) EnsureBase(ctx context.Context) error {
 	if err := c.AddSet(vmap, nil); err != nil {
 		return fmt.Errorf("installing firewall base: %w", err)
 	}
-	for _, ch := range []*nftables.Chain{prerouting, input, forward, from, postrouting} {
+	for _, ch := range []*nftables.Chain{prerouting, input, forward, output, from, postrouting} {
 		c.FlushChain(ch)
 	}
 
@@ -175,6 +178,14 @@ func (f *Firewall) EnsureBase(ctx context.Context) error {
 	rule(forward, cat(fromSandbox, jump(chainFrom))...)
 	rule(forward, cat(toSandbox, ctEstablished(), verdict(expr.VerdictAccept))...)
 	rule(forward, cat(toSandbox, verdict(expr.VerdictDrop))...)
+
+	// output: what the host itself sends a sandbox is a reply (the DNS
+	// filter's answers, the egress proxy's, an ICMP error about a
+	// sandbox's own packet) or nothing. The server reaches a sandbox's
+	// ports from inside its network namespace, never over the veth, so
+	// no host process, of whatever user, opens a connection to one.
+	rule(output, cat(toSandbox, ctEstablished(), verdict(expr.VerdictAccept))...)
+	rule(output, cat(toSandbox, verdict(expr.VerdictDrop))...)
 
 	// from_sandbox: fixed denials, then the sandbox's own chain, then drop.
 	drop(from, DropIPv6, nfproto(unix.NFPROTO_IPV6))

@@ -116,8 +116,10 @@ func TestIsolation(t *testing.T) {
 	redirTCP := serveWith(t, nil, net.JoinHostPort(a.cfg.Addrs.Gateway.String(), "0"), remoteIP)
 	redirUDP := serveUDP(t, net.JoinHostPort(a.cfg.Addrs.Gateway.String(), "0"))
 	drops, group := watchDrops(t)
+	closedUDP := closedUDPPort(t, inetHost)
 	fw, err = NewFirewall(FirewallConfig{
 		HostTCPPorts: []uint16{allowedLn},
+		HostUDPPorts: []uint16{closedUDP},
 		Redirects:    []Redirect{{Proto: "udp", Port: 53, ToPort: redirUDP}, {Proto: "tcp", Port: 80, ToPort: redirTCP}},
 		LogGroup:     group,
 	})
@@ -134,13 +136,16 @@ func TestIsolation(t *testing.T) {
 		t.Errorf("chains after rewriting the base = %v", chains)
 	}
 
-	// The targets are real: the host reaches each of them.
-	for _, addr := range []string{
-		ap(inetAddr, inetPort), ap(metaAddr, inetPort),
-		ap(a.cfg.Addrs.Sandbox, a.port), ap(b.cfg.Addrs.Sandbox, b.port),
-	} {
+	// The targets are real: the host reaches the test internet's, and
+	// each sandbox its own listener on its own address.
+	for _, addr := range []string{ap(inetAddr, inetPort), ap(metaAddr, inetPort)} {
 		if err := dial(nil, addr); err != nil {
 			t.Errorf("host to %s: %v", addr, err)
+		}
+	}
+	for _, s := range sbs {
+		if err := dial(s.ns, ap(s.cfg.Addrs.Sandbox, s.port)); err != nil {
+			t.Errorf("sandbox to its own %s: %v", ap(s.cfg.Addrs.Sandbox, s.port), err)
 		}
 	}
 	// Existing behaviour: Dial into the sandbox's own loopback.
@@ -174,6 +179,32 @@ func TestIsolation(t *testing.T) {
 			{"metadata", ap(metaAddr, inetPort), false},
 		}
 	}
+	t.Run("host to sandbox", func(t *testing.T) {
+		// Only replies: the host's SYN is dropped (a timeout, where a
+		// closed port would be refused), while the answers of host
+		// listeners a sandbox may reach (TCP, and the redirected UDP and
+		// TCP) and an ICMP error about its datagram still come back.
+		for _, s := range sbs {
+			var ne net.Error
+			if err := dial(nil, ap(s.cfg.Addrs.Sandbox, s.port)); !errors.As(err, &ne) || !ne.Timeout() {
+				t.Errorf("host to %s: %v, want a timeout (dropped in output)", ap(s.cfg.Addrs.Sandbox, s.port), err)
+			}
+		}
+		// A datagram is refused by the output chain before it leaves.
+		if _, err := askUDP(nil, ap(a.cfg.Addrs.Sandbox, 9)); !errors.Is(err, unix.EPERM) {
+			t.Errorf("udp from the host to %s: %v, want EPERM", ap(a.cfg.Addrs.Sandbox, 9), err)
+		}
+		run(t, a, []check{{"allowed host port", ap(inetHost, allowedLn), true}})
+		if got, err := askUDP(a.ns, ap(inetAddr, 53)); err != nil || got != a.cfg.Addrs.Sandbox.String() {
+			t.Errorf("redirected udp: answer %q (%v), want %s", got, err, a.cfg.Addrs.Sandbox)
+		}
+		if got, err := fetch(a.ns, ap(inetAddr, 80)); err != nil || got != a.cfg.Addrs.Sandbox.String() {
+			t.Errorf("redirected tcp: answer %q (%v), want %s", got, err, a.cfg.Addrs.Sandbox)
+		}
+		if _, err := askUDP(a.ns, ap(inetHost, closedUDP)); !errors.Is(err, unix.ECONNREFUSED) {
+			t.Errorf("udp to the closed host port %d: %v, want ECONNREFUSED (the host's ICMP error)", closedUDP, err)
+		}
+	})
 	t.Run("deny-all default", func(t *testing.T) {
 		for _, s := range []struct{ s, o *sandbox }{{a, b}, {b, a}} {
 			run(t, s.s, append(blocked(s.s, s.o),
@@ -576,14 +607,32 @@ func serveUDP(t *testing.T, addr string) uint16 {
 	return uint16(pc.LocalAddr().(*net.UDPAddr).Port)
 }
 
-// askUDP sends a datagram to addr from inside ns and returns the answer,
-// which a connected socket takes only from addr.
+// closedUDPPort returns a UDP port on addr that nothing listens on.
+func closedUDPPort(t *testing.T, addr netip.Addr) uint16 {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", ap(addr, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	return uint16(pc.LocalAddr().(*net.UDPAddr).Port)
+}
+
+// askUDP sends a datagram to addr from inside ns (the host if nil) and
+// returns the answer, which a connected socket takes only from addr.
 func askUDP(ns *Namespace, addr string) (string, error) {
 	var c net.Conn
-	if err := ns.Do(func() (err error) {
+	open := func() (err error) {
 		c, err = net.Dial("udp4", addr)
 		return err
-	}); err != nil {
+	}
+	var err error
+	if ns != nil {
+		err = ns.Do(open)
+	} else {
+		err = open()
+	}
+	if err != nil {
 		return "", err
 	}
 	defer c.Close()

@@ -13,6 +13,12 @@
 // killed or paused, or whose port is closed; 404 for envd's internal routes;
 // 400 for malformed routing headers or hosts.
 //
-// Traffic access tokens (allowPublicTraffic: false) are not enforced yet;
-// [Router.authorize] is where they will be checked.
+// Ports other than envd's need the traffic access token of a sandbox
+// created with allowPublicTraffic: false (403 without it), and the ports of
+// our own in-sandbox servers (ourPorts: the code interpreter's 49999) the
+// envd access token of a secure sandbox (401 as envd answers, except for
+// the few routes the official SDK calls without it). envd checks its own
+// token. Nothing else reaches a sandbox's ports: the host's firewall drops
+// connections from the host to sandbox addresses, so the router is the
+// one way in.
 package router

@@ -154,7 +154,7 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if t.port != EnvdPort && rt.ingress != nil {
 		// An unknown sandbox passes: the dial answers for it.
 		if in, err := rt.ingress.Ingress(t.id); err == nil {
-			if !authorize(w, r, t, in.TrafficToken) {
+			if !authorize(w, r, t, in.TrafficToken) || !authorizeOurPort(w, r, t.port, in.AccessToken) {
 				return
 			}
 			t.host = strings.ReplaceAll(in.MaskRequestHost, "${PORT}", strconv.Itoa(t.port))

@@ -22,7 +22,7 @@ import (
 // with room again it works.
 func TestJailDiskReserve(t *testing.T) {
 	ctx := context.Background()
-	cfg, backend, st := jailConfig(t)
+	cfg, backend, st := jailConfig(t, nil)
 	if err := unix.Mount("tmpfs", cfg.DiskDir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=160m,mode=0700"); err != nil {
 		t.Fatalf("mounting a tmpfs for the sandboxes: %v", err)
 	}
@@ -97,7 +97,7 @@ func TestJailDiskReserve(t *testing.T) {
 // killed with the reason, while a running neighbour is untouched.
 func TestJailPausedRetention(t *testing.T) {
 	ctx := context.Background()
-	cfg, backend, st := jailConfig(t)
+	cfg, backend, st := jailConfig(t, nil)
 	cfg.PausedRetention = 2 * time.Second
 	m, err := New(cfg)
 	if err != nil {

@@ -75,9 +75,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		AutoPause:           req.AutoPause,
 		Network:             req.Network,
 		Backend:             m.cfg.Backend.Name(),
-	}
-	if req.Secure {
-		rec.EnvdAccessToken = newToken()
+		EnvdAccessToken:     newToken(), // whatever Secure says: envd always wants one
+		Secure:              req.Secure,
 	}
 	if denyPublicTraffic(req.Network) {
 		rec.TrafficAccessToken = newToken()
@@ -99,7 +98,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	return m.finish(ctx, rec, inst, tmpl, req.EnvVars, log, now)
+	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, req.EnvVars, log, now)
 }
 
 // record stores rec, in state starting, under a new ID, before anything
@@ -139,8 +138,9 @@ func (m *Manager) abort(ctx context.Context, id string, inst isolation.Instance,
 }
 
 // boot starts the recorded sandbox rec of tmpl on the backend and attaches
-// its network; envd runs in it, not yet initialised. On error everything
-// is undone and recorded.
+// its network; envd runs in it, not yet initialised, and requires rec's
+// access token from its first request. On error everything is undone and
+// recorded.
 func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, log *slog.Logger) (isolation.Instance, error) {
 	inst, err := m.cfg.Backend.Start(ctx, isolation.Spec{
 		ID:       rec.ID,
@@ -148,6 +148,9 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Te
 		EnvdPath: m.cfg.EnvdPath,
 		Hostname: rec.ID,
 		Tools:    m.cfg.Tools,
+		// Required from envd's first request: a pool member's envd,
+		// waiting for its /init, answers nobody but this manager.
+		EnvdAccessToken: rec.EnvdAccessToken,
 		Resources: isolation.Resources{
 			CPUCount:   rec.CPUCount,
 			MemoryMB:   rec.MemoryMB,
@@ -168,10 +171,11 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Te
 }
 
 // finish initialises envd in a booted sandbox with the template's and the
-// request's env vars and rec's access token, starts the template's
-// service, records the sandbox running and makes it live. t0 is when the
-// create call began, for the log.
-func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.Instance, tmpl *template.Template, envVars map[string]string, log *slog.Logger, t0 time.Time) (store.Sandbox, error) {
+// request's env vars and rec's access token, presenting token, the one
+// envd has now (they differ for a pool member, whose token is rotated
+// here), starts the template's service, records the sandbox running and
+// makes it live. t0 is when the create call began, for the log.
+func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, log *slog.Logger, t0 time.Time) (store.Sandbox, error) {
 	env := maps.Clone(tmpl.Env)
 	if env == nil {
 		env = map[string]string{}
@@ -182,12 +186,10 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 		DefaultUser:    cmp.Or(tmpl.User, defaultUser),
 		DefaultWorkdir: cmp.Or(tmpl.Workdir, defaultWorkdir),
 		Timestamp:      m.cfg.Now(),
-	}
-	if rec.EnvdAccessToken != "" {
-		body.AccessToken = &rec.EnvdAccessToken
+		AccessToken:    rec.EnvdAccessToken,
 	}
 	tInit := m.cfg.Now()
-	if err := initEnvd(ctx, inst, body); err != nil {
+	if err := initEnvd(ctx, inst, token, body); err != nil {
 		return store.Sandbox{}, m.abort(ctx, rec.ID, inst, log, "initialising envd", err)
 	}
 	tService := m.cfg.Now()
@@ -215,15 +217,16 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 // initBody is envd's POST /init request (internal/envd/init.go).
 type initBody struct {
 	EnvVars        map[string]string `json:"envVars"`
-	AccessToken    *string           `json:"accessToken,omitempty"`
+	AccessToken    string            `json:"accessToken"`
 	DefaultUser    string            `json:"defaultUser"`
 	DefaultWorkdir string            `json:"defaultWorkdir"`
 	Timestamp      time.Time         `json:"timestamp"`
 }
 
-// initEnvd posts body to envd's /init, retrying while envd's port does not
-// accept connections yet, until envd answers or initTimeout passes.
-func initEnvd(ctx context.Context, inst isolation.Instance, body initBody) error {
+// initEnvd posts body to envd's /init with token, the access token envd
+// has now, retrying while envd's port does not accept connections yet,
+// until envd answers or initTimeout passes.
+func initEnvd(ctx context.Context, inst isolation.Instance, token string, body initBody) error {
 	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
 	payload, err := json.Marshal(body)
@@ -244,6 +247,7 @@ func initEnvd(ctx context.Context, inst isolation.Instance, body initBody) error
 			return err
 		}
 		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Access-Token", token)
 		resp, err := client.Do(req)
 		if err == nil {
 			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))

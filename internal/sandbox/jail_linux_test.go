@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,8 +20,12 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
-// TestMain lets the test binary serve as the jail's re-executed init.
+// TestMain lets the test binary serve as the jail's re-executed init and
+// as the probe of TestHostBoundary.
 func TestMain(m *testing.M) {
+	if filepath.Base(os.Args[0]) == "probe" {
+		os.Exit(probeMain(os.Args[1:]))
+	}
 	jail.ExitIfInit()
 	os.Exit(m.Run())
 }
@@ -30,7 +35,7 @@ func TestMain(m *testing.M) {
 // new manager, and kill.
 func TestJail(t *testing.T) {
 	ctx := context.Background()
-	cfg, backend, st := jailConfig(t)
+	cfg, backend, st := jailConfig(t, nil)
 	newManager := func() *Manager {
 		m, err := New(cfg)
 		if err != nil {
@@ -103,26 +108,41 @@ func TestJail(t *testing.T) {
 
 // processClient talks to envd in sb through m.Dial.
 func processClient(m *Manager, sb store.Sandbox) processconnect.ProcessClient {
+	return processClientVia(func(ctx context.Context, port int) (net.Conn, error) { return m.Dial(ctx, sb.ID, port) })
+}
+
+// processClientVia talks to envd over connections from dial.
+func processClientVia(dial func(ctx context.Context, port int) (net.Conn, error)) processconnect.ProcessClient {
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return m.Dial(ctx, sb.ID, EnvdPort)
+			return dial(ctx, EnvdPort)
 		},
 	}}
 	return processconnect.NewProcessClient(hc, "http://envd", connect.WithProtoJSON())
 }
 
 func withToken[T any](sb store.Sandbox, msg *T) *connect.Request[T] {
+	return withTokenOf(sb.EnvdAccessToken, msg)
+}
+
+func withTokenOf[T any](token string, msg *T) *connect.Request[T] {
 	req := connect.NewRequest(msg)
-	req.Header().Set("X-Access-Token", sb.EnvdAccessToken)
+	req.Header().Set("X-Access-Token", token)
 	return req
 }
 
 // runIn runs a command as the default user and returns its stdout and exit code.
 func runIn(t *testing.T, m *Manager, sb store.Sandbox, cmd string, args ...string) (string, int) {
 	t.Helper()
+	return runVia(t, processClient(m, sb), sb.EnvdAccessToken, cmd, args...)
+}
+
+// runVia runs a command through client, presenting token.
+func runVia(t *testing.T, client processconnect.ProcessClient, token string, cmd string, args ...string) (string, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	stream, err := processClient(m, sb).Start(ctx, withToken(sb, &process.StartRequest{Process: &process.ProcessConfig{Cmd: cmd, Args: args}}))
+	stream, err := client.Start(ctx, withTokenOf(token, &process.StartRequest{Process: &process.ProcessConfig{Cmd: cmd, Args: args}}))
 	if err != nil {
 		t.Fatalf("starting %s: %v", cmd, err)
 	}

@@ -140,7 +140,7 @@ type CreateRequest struct {
 	Metadata            map[string]string
 	EnvVars             map[string]string
 	AutoPause           bool
-	Secure              bool // issue an envd access token
+	Secure              bool // our servers besides envd require the access token too
 	AllowInternetAccess *bool
 	Network             []byte // opaque JSON kept for getInfo
 }
@@ -349,9 +349,12 @@ func (m *Manager) newSandbox(rec store.Sandbox, inst isolation.Instance, log *sl
 	return sb
 }
 
-// Ingress is what a sandbox's network config says about requests to its
-// ports other than envd's.
+// Ingress is what a sandbox's record says about requests to its ports
+// other than envd's (envd checks its own token).
 type Ingress struct {
+	// AccessToken, when set (a secure sandbox), must arrive in
+	// X-Access-Token on the ports of our in-sandbox servers.
+	AccessToken string
 	// TrafficToken, when set, must arrive in e2b-traffic-access-token (the
 	// sandbox was created with allowPublicTraffic: false).
 	TrafficToken string
@@ -360,9 +363,9 @@ type Ingress struct {
 	MaskRequestHost string
 }
 
-// Ingress returns the traffic token and Host mask of a live sandbox (the
-// router's IngressPolicies). It reads memory only: the router calls it on every
-// request to a user port.
+// Ingress returns the access and traffic tokens and Host mask of a live
+// sandbox (the router's IngressPolicies). It reads memory only: the router
+// calls it on every request to a user port.
 func (m *Manager) Ingress(id string) (Ingress, error) {
 	sb, err := m.lookup(id)
 	if err != nil {
@@ -371,8 +374,9 @@ func (m *Manager) Ingress(id string) (Ingress, error) {
 	return sb.ingress, nil
 }
 
-// ingressOf reads the inbound side of rec's network config. Create
-// validated the JSON, so a decoding error leaves the mask empty.
+// ingressOf reads the inbound side of rec: its network config (Create
+// validated the JSON, so a decoding error leaves the mask empty) and, if
+// it is secure, its access token.
 func ingressOf(rec store.Sandbox) Ingress {
 	var n struct {
 		MaskRequestHost string `json:"maskRequestHost"`
@@ -380,7 +384,11 @@ func ingressOf(rec store.Sandbox) Ingress {
 	if len(rec.Network) > 0 {
 		_ = json.Unmarshal(rec.Network, &n)
 	}
-	return Ingress{TrafficToken: rec.TrafficAccessToken, MaskRequestHost: n.MaskRequestHost}
+	in := Ingress{TrafficToken: rec.TrafficAccessToken, MaskRequestHost: n.MaskRequestHost}
+	if rec.Secure {
+		in.AccessToken = rec.EnvdAccessToken
+	}
+	return in
 }
 
 // live returns every live sandbox.

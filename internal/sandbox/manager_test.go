@@ -47,11 +47,12 @@ var testTemplates = fakeTemplates{"base": {
 }}
 
 // fakeEnvd is the part of envd the manager talks to: it records POST /init
-// bodies and answers GET /health.
+// bodies and the X-Access-Token they came with, and answers GET /health.
 type fakeEnvd struct {
-	mu       sync.Mutex
-	inits    []initBody
-	initHook func() int // status for /init; nil: 204
+	mu         sync.Mutex
+	inits      []initBody
+	initTokens []string   // X-Access-Token of each of inits
+	initHook   func() int // status for /init; nil: 204
 }
 
 func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -66,6 +67,7 @@ func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		e.mu.Lock()
 		e.inits = append(e.inits, b)
+		e.initTokens = append(e.initTokens, r.Header.Get("X-Access-Token"))
 		hook := e.initHook
 		e.mu.Unlock()
 		status := http.StatusNoContent
@@ -80,12 +82,19 @@ func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (e *fakeEnvd) lastInit(t *testing.T) initBody {
 	t.Helper()
+	b, _ := e.lastInitWithToken(t)
+	return b
+}
+
+// lastInitWithToken returns the last /init body and the token it presented.
+func (e *fakeEnvd) lastInitWithToken(t *testing.T) (initBody, string) {
+	t.Helper()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if len(e.inits) == 0 {
 		t.Fatal("envd got no /init")
 	}
-	return e.inits[len(e.inits)-1]
+	return e.inits[len(e.inits)-1], e.initTokens[len(e.initTokens)-1]
 }
 
 type env struct {
@@ -189,16 +198,17 @@ func TestCreate(t *testing.T) {
 	}
 	if sb.State != store.StateRunning || sb.TemplateID != "base-0123456789ab" || sb.Alias != "base" ||
 		sb.Backend != "fake" || sb.CPUCount != 2 || sb.MemoryMB != 512 || sb.DiskSizeMB != 1024 ||
-		sb.EnvdAccessToken == "" || len(sb.BackendState) == 0 || sb.Metadata["k"] != "v" {
+		len(sb.EnvdAccessToken) != 64 || !sb.Secure || len(sb.BackendState) == 0 || sb.Metadata["k"] != "v" {
 		t.Errorf("record = %+v", sb)
 	}
 	if d := sb.EndAt.Sub(t0); d < time.Minute || d > time.Minute+5*time.Second {
 		t.Errorf("endAt is start + %v, want 1m", d)
 	}
 
-	got := e.envd.lastInit(t)
-	if got.AccessToken == nil || *got.AccessToken != sb.EnvdAccessToken {
-		t.Errorf("init accessToken = %v, want the record's token", got.AccessToken)
+	// envd started with the record's token, and /init presents and keeps it.
+	got, presented := e.envd.lastInitWithToken(t)
+	if got.AccessToken != sb.EnvdAccessToken || presented != sb.EnvdAccessToken {
+		t.Errorf("init accessToken %q presenting %q, want the record's token %q", got.AccessToken, presented, sb.EnvdAccessToken)
 	}
 	want := map[string]string{"LANG": "C.UTF-8", "FOO": "request", "BAR": "1"}
 	if diff := cmp.Diff(want, got.EnvVars); diff != "" {
@@ -210,7 +220,7 @@ func TestCreate(t *testing.T) {
 
 	spec := e.fake.Instance(sb.ID).Spec()
 	wantSpec := isolation.Spec{ID: sb.ID, RootFS: "/templates/base/rootfs", EnvdPath: "/opt/envd", Hostname: sb.ID,
-		Resources: isolation.Resources{CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024}}
+		Resources: isolation.Resources{CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024}, EnvdAccessToken: sb.EnvdAccessToken}
 	if diff := cmp.Diff(wantSpec, spec); diff != "" {
 		t.Errorf("spec (-want +got):\n%s", diff)
 	}
@@ -223,13 +233,25 @@ func TestCreate(t *testing.T) {
 		t.Errorf("List = %v, %v", list, err)
 	}
 
-	// Not secure: no token.
+	// Not secure: a token all the same, its own, which envd requires; our
+	// other ports do not.
 	sb2 := e.create(t, CreateRequest{})
-	if sb2.EnvdAccessToken != "" {
-		t.Errorf("insecure sandbox got token %q", sb2.EnvdAccessToken)
+	if len(sb2.EnvdAccessToken) != 64 || sb2.EnvdAccessToken == sb.EnvdAccessToken || sb2.Secure {
+		t.Errorf("not secure: token %q (secure's %q), secure %v; want a token of its own", sb2.EnvdAccessToken, sb.EnvdAccessToken, sb2.Secure)
 	}
-	if got := e.envd.lastInit(t); got.AccessToken != nil {
-		t.Errorf("insecure init sent token %q", *got.AccessToken)
+	if got, presented := e.envd.lastInitWithToken(t); got.AccessToken != sb2.EnvdAccessToken || presented != sb2.EnvdAccessToken {
+		t.Errorf("not secure: init accessToken %q presenting %q, want %q", got.AccessToken, presented, sb2.EnvdAccessToken)
+	}
+	if spec := e.fake.Instance(sb2.ID).Spec(); spec.EnvdAccessToken != sb2.EnvdAccessToken {
+		t.Errorf("not secure: envd started with token %q, want %q", spec.EnvdAccessToken, sb2.EnvdAccessToken)
+	}
+	for _, c := range []struct {
+		sb   store.Sandbox
+		want string
+	}{{sb, sb.EnvdAccessToken}, {sb2, ""}} {
+		if in, err := e.m.Ingress(c.sb.ID); err != nil || in.AccessToken != c.want {
+			t.Errorf("Ingress(%s, secure %v).AccessToken = %q, %v; want %q", c.sb.ID, c.sb.Secure, in.AccessToken, err, c.want)
+		}
 	}
 }
 
@@ -774,7 +796,7 @@ func TestInitWaitsForEnvd(t *testing.T) {
 	}
 	envd := &fakeEnvd{}
 	time.AfterFunc(100*time.Millisecond, func() { fake.Instance("iwait").Handle(EnvdPort, envd) })
-	if err := initEnvd(context.Background(), inst, initBody{DefaultUser: "user"}); err != nil {
+	if err := initEnvd(context.Background(), inst, "tok", initBody{DefaultUser: "user"}); err != nil {
 		t.Fatalf("initEnvd: %v", err)
 	}
 	if got := envd.lastInit(t); got.DefaultUser != "user" {

@@ -2,10 +2,12 @@ package sandbox
 
 // Warm pools (DESIGN §5): per template, sandboxes booted ahead of demand —
 // jail started, network attached with the default policy, envd listening
-// but never initialised, nothing else run. Create takes one, writes the
-// request's record over the member's, applies the request's egress rules
-// (the UpdateNetwork path), initialises envd with the request's env vars
-// and access token, and hands it out; a background loop refills.
+// with the member's own access token but never initialised, nothing else
+// run. Create takes one, writes the request's record over the member's,
+// applies the request's egress rules (the UpdateNetwork path), initialises
+// envd with the request's env vars and access token (presenting the
+// member's, which /init replaces), and hands it out; a background loop
+// refills.
 //
 // A member is recorded in state starting from before it boots, under the
 // ID it is later handed out with: the ID is baked into the sandbox
@@ -270,7 +272,7 @@ func (m *Manager) handOut(ctx context.Context, w *warm, rec store.Sandbox, req C
 			return store.Sandbox{}, m.abort(ctx, id, w.inst, log, "applying the egress rules", err)
 		}
 	}
-	return m.finish(ctx, rec, w.inst, tmpl, req.EnvVars, log, t0)
+	return m.finish(ctx, rec, w.inst, w.rec.EnvdAccessToken, tmpl, req.EnvVars, log, t0)
 }
 
 // poolLoop keeps every pool at its target.
@@ -373,6 +375,9 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 		MemoryMB:   m.cfg.DefaultMemory,
 		DiskSizeMB: m.cfg.DefaultDisk,
 		Backend:    m.cfg.Backend.Name(),
+		// The member's own, until a create replaces it with the
+		// request's; nothing but this manager knows it.
+		EnvdAccessToken: newToken(),
 	})
 	if err != nil {
 		return nil, err

@@ -19,8 +19,8 @@ import (
 
 // jailConfig returns a manager config over a real jail backend with a
 // small template "tiny", its backend and its store, all removed when t
-// ends. It needs root.
-func jailConfig(t *testing.T) (Config, *jail.Backend, *store.Store) {
+// ends; mod, if not nil, changes the backend's config. It needs root.
+func jailConfig(t *testing.T, mod func(*jail.Config)) (Config, *jail.Backend, *store.Store) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
@@ -33,12 +33,16 @@ func jailConfig(t *testing.T) (Config, *jail.Backend, *store.Store) {
 	runDir := filepath.Join(dir, "run")
 	cgParent := fmt.Sprintf("agent-sandbox-sbtest-%d", os.Getpid())
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	backend, err := jail.New(jail.Config{
+	jcfg := jail.Config{
 		StateDir:     filepath.Join(dir, "sandboxes"),
 		RunDir:       runDir,
 		CgroupParent: cgParent,
 		Log:          log,
-	})
+	}
+	if mod != nil {
+		mod(&jcfg)
+	}
+	backend, err := jail.New(jcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +74,7 @@ func jailConfig(t *testing.T) (Config, *jail.Backend, *store.Store) {
 // its own ID as hostname, and Close leaves no member behind.
 func TestJailPool(t *testing.T) {
 	ctx := context.Background()
-	cfg, backend, _ := jailConfig(t)
+	cfg, backend, _ := jailConfig(t, nil)
 	cfg.WarmPools = map[string]PoolSize{"tiny": {Min: 2, Max: 2}}
 	m, err := New(cfg)
 	if err != nil {

@@ -115,9 +115,14 @@ func TestPoolTakeAndRefill(t *testing.T) {
 	if spec := e.fake.Instance(sb.ID).Spec(); spec.ID != sb.ID || spec.Hostname != sb.ID {
 		t.Errorf("backend spec ID %q hostname %q, want %s", spec.ID, spec.Hostname, sb.ID)
 	}
-	init := e.envd.lastInit(t)
-	if init.AccessToken == nil || *init.AccessToken != sb.EnvdAccessToken || init.EnvVars["FOO"] != "request" {
+	// The member's envd started with a token of its own, which /init
+	// presents and replaces with the request's.
+	init, presented := e.envd.lastInitWithToken(t)
+	if init.AccessToken != sb.EnvdAccessToken || init.EnvVars["FOO"] != "request" {
 		t.Errorf("init = %+v, want the request's token and env", init)
+	}
+	if boot := e.fake.Instance(sb.ID).Spec().EnvdAccessToken; len(boot) != 64 || presented != boot || boot == sb.EnvdAccessToken {
+		t.Errorf("init presented %q; envd started with %q; handed out with %q: want the member's own token, rotated", presented, boot, sb.EnvdAccessToken)
 	}
 	if list, _, _ := e.m.List(ctx, store.ListQuery{}); len(list) != 1 || list[0].ID != sb.ID {
 		t.Errorf("List = %v, want just %s", list, sb.ID)

@@ -39,9 +39,7 @@ func startService(ctx context.Context, inst isolation.Instance, rec store.Sandbo
 		Cmd: "/bin/bash", Args: []string{"-l", "-c", tmpl.Spec.StartCmd},
 	}})
 	req.Header().Set("Authorization", "Basic cm9vdDo=") // root
-	if rec.EnvdAccessToken != "" {
-		req.Header().Set("X-Access-Token", rec.EnvdAccessToken)
-	}
+	req.Header().Set("X-Access-Token", rec.EnvdAccessToken)
 	stream, err := processconnect.NewProcessClient(hc, "http://envd", connect.WithProtoJSON()).Start(ctx, req)
 	if err != nil {
 		return fmt.Errorf("running the start command: %w", err)

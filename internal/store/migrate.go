@@ -82,6 +82,13 @@ CREATE TABLE template_tags (
 	PRIMARY KEY (template, tag)
 ) STRICT;
 `,
+	// 3: whether a sandbox was created secure. Every sandbox has an envd
+	// access token from now on, so the token no longer says so; until now
+	// only secure ones had one.
+	`
+ALTER TABLE sandboxes ADD COLUMN secure INTEGER NOT NULL DEFAULT 0 CHECK (secure IN (0, 1));
+UPDATE sandboxes SET secure = 1 WHERE envd_access_token != '';
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,

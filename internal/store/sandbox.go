@@ -56,7 +56,10 @@ type Sandbox struct {
 	Metadata   map[string]string
 	EnvVars    map[string]string
 
-	EnvdAccessToken    string
+	EnvdAccessToken string
+	// Secure: the create asked for a secured sandbox, whose every port of
+	// ours (not only envd's) requires EnvdAccessToken.
+	Secure             bool
 	TrafficAccessToken string
 	// AllowInternetAccess is nil when the create request did not say.
 	AllowInternetAccess *bool
@@ -78,7 +81,7 @@ type Sandbox struct {
 // order scanSandbox reads and sandboxValues writes.
 const sandboxColumns = `id, template_id, alias, state, reason, started_at, end_at,
 	cpu_count, memory_mb, disk_size_mb, metadata, env_vars,
-	envd_access_token, traffic_access_token, allow_internet_access, auto_pause,
+	envd_access_token, secure, traffic_access_token, allow_internet_access, auto_pause,
 	network, backend, backend_state, updated_at`
 
 // sandboxValues returns the column values for sb in sandboxColumns order.
@@ -130,7 +133,7 @@ func sandboxValues(sb *Sandbox) ([]any, error) {
 	return []any{
 		sb.ID, sb.TemplateID, sb.Alias, string(sb.State), sb.Reason, startedAt, endAt,
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, metadata, envVars,
-		sb.EnvdAccessToken, sb.TrafficAccessToken, allowInternet, sb.AutoPause,
+		sb.EnvdAccessToken, sb.Secure, sb.TrafficAccessToken, allowInternet, sb.AutoPause,
 		network, sb.Backend, backendState, updatedAt,
 	}, nil
 }
@@ -150,7 +153,7 @@ func scanSandbox(row scanner) (Sandbox, error) {
 	)
 	err := row.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &state, &sb.Reason, &startedAt, &endAt,
 		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &metadata, &envVars,
-		&sb.EnvdAccessToken, &sb.TrafficAccessToken, &allowInternet, &sb.AutoPause,
+		&sb.EnvdAccessToken, &sb.Secure, &sb.TrafficAccessToken, &allowInternet, &sb.AutoPause,
 		&network, &sb.Backend, &backendState, &updatedAt)
 	if err != nil {
 		return Sandbox{}, err

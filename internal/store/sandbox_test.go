@@ -37,6 +37,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		Metadata:            map[string]string{"sandbox Id": "x&y=z", "ключ": "值 ✓", "": "empty key"},
 		EnvVars:             map[string]string{"PATH": "/usr/bin", "QUOTE": `a"b'c`},
 		EnvdAccessToken:     "envd-token",
+		Secure:              true,
 		TrafficAccessToken:  "traffic-token",
 		AllowInternetAccess: ptr(false),
 		AutoPause:           true,
@@ -96,6 +97,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 				sb.Metadata = map[string]string{"k": "v"}
 				sb.EnvVars = nil
 				sb.EnvdAccessToken, sb.TrafficAccessToken = "e2", "t2"
+				sb.Secure = !sb.Secure
 				sb.AllowInternetAccess = nil
 				sb.AutoPause = !sb.AutoPause
 				sb.Network = json.RawMessage(`{}`)
@@ -117,7 +119,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 				ID: tc.in.ID, TemplateID: "tmpl-456", Alias: "other", State: StateError,
 				Reason: "envd did not start: timeout", StartedAt: want.StartedAt.Add(time.Millisecond),
 				CPUCount: 4, MemoryMB: 2048, DiskSizeMB: 4096, Metadata: map[string]string{"k": "v"},
-				EnvdAccessToken: "e2", TrafficAccessToken: "t2", AutoPause: !tc.in.AutoPause,
+				EnvdAccessToken: "e2", Secure: !tc.in.Secure, TrafficAccessToken: "t2", AutoPause: !tc.in.AutoPause,
 				Network: json.RawMessage(`{}`), Backend: "gvisor", UpdatedAt: now,
 			}
 			if diff := cmpSandbox(wantUpd, got); diff != "" {

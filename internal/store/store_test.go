@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -74,6 +75,42 @@ func TestMigrationsIdempotent(t *testing.T) {
 	defer s2.Close()
 	if got := userVersion(t, s2); got != len(migrations) {
 		t.Errorf("user_version after reopen = %d, want %d", got, len(migrations))
+	}
+}
+
+// TestMigrateSecure migrates sandboxes recorded before migration 3: those
+// with an envd token were the secure ones.
+func TestMigrateSecure(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "store.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migrations[:2] {
+		if _, err := db.ExecContext(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, `PRAGMA user_version = 2;
+		INSERT INTO sandboxes (id, template_id, state, started_at, envd_access_token, updated_at) VALUES
+			('isecure', 't', 'running', 1, 'tok', 1), ('iopen', 't', 'running', 1, '', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for id, want := range map[string]bool{"isecure": true, "iopen": false} {
+		sb, err := s.GetSandbox(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sb.Secure != want {
+			t.Errorf("%s: secure %v after migrating, want %v", id, sb.Secure, want)
+		}
 	}
 }
 

@@ -13,6 +13,9 @@ import (
 type Defaults struct {
 	User    string // "root" when unset, as in the reference envd
 	Workdir string // "" means the user's home
+	// AccessToken is required from the first request; "" means none until
+	// /init sets one.
+	AccessToken string
 }
 
 // State is safe for concurrent use.
@@ -29,7 +32,7 @@ func New(d Defaults) *State {
 	if d.User == "" {
 		d.User = "root"
 	}
-	return &State{user: d.User, workdir: d.Workdir, envVars: map[string]string{}}
+	return &State{user: d.User, workdir: d.Workdir, envVars: map[string]string{}, accessToken: d.AccessToken}
 }
 
 // Update is what one /init call sets. Nil fields leave the current value.

@@ -44,7 +44,8 @@ func userTasks(pids int) int { return pids - min(64, pids/4) }
 // handshake) and then never answer.
 var ErrPaused = errors.New("sandbox is paused")
 
-// EnvdPort is where envd listens inside every sandbox.
+// EnvdPort is where envd listens inside every sandbox, on its loopback
+// only: Instance.Dial reaches it from inside the network namespace.
 const EnvdPort = 49983
 
 // Config configures the backend.

@@ -105,11 +105,25 @@ type result struct {
 // run runs a command through envd's process API as user.
 func run(t *testing.T, inst isolation.Instance, user string, name string, args ...string) result {
 	t.Helper()
+	return runAs(t, inst, user, "", name, args...)
+}
+
+// runWithToken runs a command as root, presenting envd's access token.
+func runWithToken(t *testing.T, inst isolation.Instance, token string, name string, args ...string) result {
+	t.Helper()
+	return runAs(t, inst, "root", token, name, args...)
+}
+
+func runAs(t *testing.T, inst isolation.Instance, user, token string, name string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := processconnect.NewProcessClient(envdHTTPClient(inst), "http://envd", connect.WithProtoJSON())
 	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: name, Args: args}})
 	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	if token != "" {
+		req.Header().Set("X-Access-Token", token)
+	}
 	stream, err := client.Start(ctx, req)
 	if err != nil {
 		t.Fatalf("starting %s: %v", name, err)

@@ -195,11 +195,19 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 		return res, err
 	}
 	defer devNull.Close()
-	argv := append([]string{envdGuestPath}, cfg.EnvdArgs...)
-	res.envdPid, err = syscall.ForkExec(envdGuestPath, argv, &syscall.ProcAttr{
+	files := []uintptr{devNull.Fd(), logw.Fd(), logw.Fd()}
+	if cfg.EnvdToken != "" {
+		tok, err := tokenPipe(cfg.EnvdToken)
+		if err != nil {
+			return res, err
+		}
+		defer unix.Close(tok)
+		files = append(files, uintptr(tok)) // envdTokenFd
+	}
+	res.envdPid, err = syscall.ForkExec(envdGuestPath, envdArgv(cfg), &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   envdEnv,
-		Files: []uintptr{devNull.Fd(), logw.Fd(), logw.Fd()},
+		Files: files,
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	})
 	if err != nil {

@@ -223,7 +223,8 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		RootDir:    filepath.Join(dir, rootDir),
 		EnvdPath:   spec.EnvdPath,
 		Tools:      tools,
-		EnvdArgs:   []string{"--addr", "0.0.0.0:" + strconv.Itoa(EnvdPort)},
+		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(EnvdPort)}, // reached by Dial, from inside
+		EnvdToken:  spec.EnvdAccessToken,
 		Hostname:   hostname,
 		NoNewPrivs: b.cfg.NoNewPrivs,
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // testPoolPrefix is away from DefaultPoolPrefix, so that a server running
@@ -88,21 +89,44 @@ func TestNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	t.Run("host reaches the sandbox", func(t *testing.T) {
-		// The veth works: the host may open connections to the sandbox.
+	t.Run("sandbox unreachable from the host", func(t *testing.T) {
+		// The listener answers on the sandbox's address (reached from
+		// inside its namespace), but the host opens no connection to it
+		// over the veth: the firewall drops the SYN.
 		sh(t, inst, "/usr/bin/probe listen 0.0.0.0:7003 from-sandbox >/dev/null 2>&1 &")
+		target := netip.AddrPortFrom(addr, 7003).String()
 		var c net.Conn
 		var err error
 		for range 100 {
-			if c, err = net.DialTimeout("tcp", netip.AddrPortFrom(addr, 7003).String(), time.Second); err == nil {
+			if c, err = inst.ns.Dial(context.Background(), "tcp", target); err == nil {
 				break
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("from inside the sandbox to %s: %v", target, err)
 		}
 		c.Close()
+		var ne net.Error
+		if c, err := net.DialTimeout("tcp", target, time.Second); !errors.As(err, &ne) || !ne.Timeout() {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("host to %s: %v, want a timeout (dropped)", target, err)
+		}
+	})
+	t.Run("envd on the loopback only", func(t *testing.T) {
+		c, err := inst.Dial(context.Background(), EnvdPort)
+		if err != nil {
+			t.Fatalf("envd on 127.0.0.1: %v", err)
+		}
+		c.Close()
+		if c, err := inst.ns.Dial(context.Background(), "tcp", netip.AddrPortFrom(addr, EnvdPort).String()); !errors.Is(err, unix.ECONNREFUSED) {
+			if c != nil {
+				c.Close()
+			}
+			t.Errorf("envd on the sandbox's address %s: %v, want refused", addr, err)
+		}
 	})
 	t.Run("host unreachable from the sandbox", func(t *testing.T) {
 		ln, err := net.Listen("tcp", net.JoinHostPort(gw.String(), "0"))

@@ -185,7 +185,7 @@ func (st *envdStage) run(cfg *initConfig) error {
 	err := unix.Stat("/", &root)
 	if err == nil {
 		msg := initConfig{
-			EnvdArgs: cfg.EnvdArgs, NoNewPrivs: cfg.NoNewPrivs,
+			EnvdArgs: cfg.EnvdArgs, EnvdToken: cfg.EnvdToken, NoNewPrivs: cfg.NoNewPrivs,
 			EnvdStage: &stageConfig{RootDev: root.Dev, RootIno: root.Ino, UserTasks: cfg.Userns.UserTasks},
 		}
 		err = json.NewEncoder(st.cfgW).Encode(&msg)
@@ -259,8 +259,16 @@ func execEnvd(cfg *initConfig) error {
 	if err := confine(cfg); err != nil {
 		return err
 	}
-	argv := append([]string{envdGuestPath}, cfg.EnvdArgs...)
-	if err := unix.Exec(envdGuestPath, argv, envdEnv); err != nil {
+	if cfg.EnvdToken != "" {
+		tok, err := tokenPipe(cfg.EnvdToken)
+		if err != nil {
+			return err
+		}
+		if err := passTokenFd(tok); err != nil {
+			return fmt.Errorf("handing envd its token: %w", err)
+		}
+	}
+	if err := unix.Exec(envdGuestPath, envdArgv(cfg), envdEnv); err != nil {
 		return fmt.Errorf("executing envd: %w", err)
 	}
 	return nil

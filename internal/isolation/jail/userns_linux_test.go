@@ -307,7 +307,7 @@ func TestUsernsOff(t *testing.T) {
 	if inst.state.UsernsBase != 0 {
 		t.Errorf("userns base %d with userns off", inst.state.UsernsBase)
 	}
-	wantHostIDs(t, "envd", sandboxProcess(t, inst, "/usr/bin/envd", "--addr", "0.0.0.0:49983"), 0, 0)
+	wantHostIDs(t, "envd", sandboxProcess(t, inst, "/usr/bin/envd", "--addr", "127.0.0.1:49983"), 0, 0)
 	if got := strings.TrimSpace(sh(t, inst, "id -u; stat -c %u:%g /home/user")); got != "0\n1000:1000" {
 		t.Errorf("inside: %q", got)
 	}

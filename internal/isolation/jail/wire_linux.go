@@ -32,6 +32,8 @@ type initConfig struct {
 	RootDir  string   `json:"root_dir"` // where init mounts the overlay
 	EnvdPath string   `json:"envd_path"`
 	EnvdArgs []string `json:"envd_args"`
+	// EnvdToken is envd's access token, handed over on envdTokenFd.
+	EnvdToken string `json:"envd_token,omitempty"`
 	// Tools are further host binaries mounted read-only like envd.
 	Tools         []toolMount `json:"tools,omitempty"`
 	Hostname      string      `json:"hostname"`
@@ -43,7 +45,8 @@ type initConfig struct {
 	Userns   *usernsConfig `json:"userns,omitempty"`
 	LowerDir string        `json:"lower_dir,omitempty"`
 	// EnvdStage is set only in what init sends the envd stage
-	// (forkEnvdStage), which then needs EnvdArgs and NoNewPrivs only.
+	// (forkEnvdStage), which then needs EnvdArgs, EnvdToken and
+	// NoNewPrivs only.
 	EnvdStage *stageConfig `json:"envd_stage,omitempty"`
 
 	// A one-shot run (see Run) sets Upper, Work and Run instead of Disk
