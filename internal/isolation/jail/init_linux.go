@@ -51,11 +51,19 @@ func InitMain(args []string) error {
 	// and envd is forked from this one.
 	runtime.LockOSThread()
 
+	// Before anything is started: nothing of the host's but fds 0 to
+	// initStatusFd may cross into the sandbox.
+	fdErr := closeInheritedFds(initStatusFd)
 	status := os.NewFile(initStatusFd, "status")
 	unix.CloseOnExec(initStatusFd)
 	report := func(st initStatus) {
 		_ = json.NewEncoder(status).Encode(st)
 		status.Close()
+	}
+	if fdErr != nil {
+		err := fmt.Errorf("init: %w", fdErr)
+		report(initStatus{Error: err.Error()})
+		return err
 	}
 	cfgFile := os.NewFile(initConfigFd, "config")
 	unix.CloseOnExec(initConfigFd)
