@@ -44,6 +44,7 @@ func jailConfig(t *testing.T) (Config, *jail.Backend, *store.Store) {
 	}
 	t.Cleanup(func() {
 		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
+		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
 		for _, d := range jailtest.CgroupParentDirs(cgParent) {
 			_ = unix.Rmdir(d)
 		}

@@ -176,6 +176,7 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 	}
 	t.Cleanup(func() {
 		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
+		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
 		for _, d := range jailtest.CgroupParentDirs(h.cgParent) {
 			_ = unix.Rmdir(d)
 		}
