@@ -46,6 +46,7 @@ Environment:
 			return err
 		})
 		fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes running at once, warm pool members included; 0 = no cap")
+		fs.IntVar(&cfg.MaxConnsPerSandbox, "max-conns-per-sandbox", cfg.MaxConnsPerSandbox, "most `N` entries each sandbox may hold in the host's conntrack table (its connections out and to the DNS filter and proxy); new ones beyond are dropped; 0 = no cap")
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var templates list
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")

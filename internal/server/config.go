@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -51,16 +52,28 @@ type Config struct {
 	// MaxSandboxes caps the sandboxes running at once, pool members
 	// included; 0 = no cap.
 	MaxSandboxes int
+	// MaxConnsPerSandbox caps each sandbox's entries in the host's
+	// conntrack table (network.FirewallConfig.MaxConnsPerSandbox); 0 = no
+	// cap.
+	MaxConnsPerSandbox int
 }
 
 // DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
 const DefaultBandwidthMbit = 100
+
+// DefaultMaxConnsPerSandbox is each sandbox's default conntrack cap: far
+// more connections than a browser or a package manager keeps open (closed
+// TCP connections do not count), and 1/64 of a 262144-entry table, the
+// kernel's size on a host of 16 GiB or more.
+const DefaultMaxConnsPerSandbox = 4096
 
 // DefaultConfig returns the embedded defaults.
 func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
 		WarmPools: map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+
+		MaxConnsPerSandbox: DefaultMaxConnsPerSandbox,
 	}
 }
 
@@ -87,6 +100,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BandwidthMbit < 0 {
 		return fmt.Errorf("--bandwidth-mbit %g: want 0 (unlimited) or more", c.BandwidthMbit)
+	}
+	if c.MaxConnsPerSandbox < 0 || c.MaxConnsPerSandbox > math.MaxUint32 {
+		return fmt.Errorf("--max-conns-per-sandbox %d: want 0 (no cap) or more", c.MaxConnsPerSandbox)
 	}
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("--max-sandboxes %d: want 0 (no cap) or more", c.MaxSandboxes)
