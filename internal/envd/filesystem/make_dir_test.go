@@ -54,6 +54,7 @@ func TestMakeDirOwnership(t *testing.T) {
 		t.Skipf("skipping: no user nobody to own the directories: %v", err)
 	}
 	e := newTestEnv(t)
+	e.openTo(t, 0o777)
 
 	req := asUser(connect.NewRequest(&pb.MakeDirRequest{Path: e.path("x/y")}), "nobody")
 	resp, err := e.client.MakeDir(ctxT(t), req)
