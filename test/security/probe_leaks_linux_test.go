@@ -186,4 +186,3 @@ func lookup(name string) (string, error) {
 	}
 	return "ok " + strings.Join(addrs, ","), nil
 }
-
