@@ -51,19 +51,11 @@ func InitMain(args []string) error {
 	// and envd is forked from this one.
 	runtime.LockOSThread()
 
-	// Before anything is started: nothing of the host's but fds 0 to
-	// initStatusFd may cross into the sandbox.
-	fdErr := closeInheritedFds(initStatusFd)
 	status := os.NewFile(initStatusFd, "status")
 	unix.CloseOnExec(initStatusFd)
 	report := func(st initStatus) {
 		_ = json.NewEncoder(status).Encode(st)
 		status.Close()
-	}
-	if fdErr != nil {
-		err := fmt.Errorf("init: %w", fdErr)
-		report(initStatus{Error: err.Error()})
-		return err
 	}
 	cfgFile := os.NewFile(initConfigFd, "config")
 	unix.CloseOnExec(initConfigFd)
@@ -80,6 +72,15 @@ func InitMain(args []string) error {
 		// This process is the envd stage (forkEnvdStage): it returns only
 		// if it could not execute envd.
 		err := fmt.Errorf("envd stage: %w", execEnvd(&cfg))
+		report(initStatus{Error: err.Error()})
+		return err
+	}
+	// Before anything is started: nothing of the host's but fds 0 to
+	// initStatusFd may cross into the sandbox. (The envd stage is started
+	// by init with those only, so it has nothing more; and by then init is
+	// pivoting away the /proc this reads.)
+	if err := closeInheritedFds(initStatusFd); err != nil {
+		err = fmt.Errorf("init: %w", err)
 		report(initStatus{Error: err.Error()})
 		return err
 	}
