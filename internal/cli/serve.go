@@ -72,6 +72,7 @@ Environment:
 		}, get: func() string { return bytesize.Format(uint64(cfg.MaxBuildContext)) }},
 			"max-build-context", "most bytes an uploaded template build context may hold, both uploaded and as a tar uncompressed (a gzip bomb is refused with 413): `SIZE`")
 		fs.BoolVar(&cfg.NoNewPrivs, "no-new-privs", false, "set no_new_privs in every sandbox: setuid programs such as sudo stop raising privileges, so templates' passwordless sudo no longer works (see docs/SECURITY.md)")
+		fs.IntVar(&cfg.MaxConnsPerSandbox, "max-conns-per-sandbox", cfg.MaxConnsPerSandbox, "most `N` entries each sandbox may hold in the host's conntrack table (its connections out and to the DNS filter and proxy); new ones beyond are dropped; 0 = no cap")
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var registries []string
 		fs.Func("registry", "`HOST[:PORT]` of a registry fromImage may pull from although it resolves to a loopback, private, link-local or this host's address (refused otherwise); repeat for more; without PORT any port; default none", func(s string) error {

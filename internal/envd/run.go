@@ -40,6 +40,9 @@ Flags:
 // Run parses args (without the program name), serves until ctx is done and
 // returns nil on a clean shutdown. It writes usage and the version to stdout.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if err := harden(); err != nil {
+		return err
+	}
 	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; usage is printed below
 	var cfg Config

@@ -45,6 +45,7 @@
 //	chain prerouting  (hook prerouting, nat, priority dstnat)
 //	    meta nfproto ipv4 iifname "asb-*" <proto> dport <Port> redirect to :<ToPort>  # Redirects
 //	chain input       (hook input, filter, policy accept)
+//	    iifname "asb-*" ct state new iifname vmap @conn_limits # asb-x : jump ct-asb-x
 //	    iifname "asb-*" ct state established,related accept   # let in before
 //	    iifname "asb-*" tcp dport <HostTCPPorts> accept
 //	    iifname "asb-*" udp dport <HostUDPPorts> accept
@@ -52,6 +53,7 @@
 //	    iifname "asb-*" meta nfproto ipv6 [log ipv6] drop
 //	    iifname "asb-*" [log host] drop                        # every host address
 //	chain forward     (hook forward, filter, policy accept)
+//	    iifname "asb-*" ct state new iifname vmap @conn_limits
 //	    iifname "asb-*" jump from_sandbox
 //	    oifname "asb-*" ct state established,related accept
 //	    oifname "asb-*" drop                                   # nothing else in
@@ -67,6 +69,10 @@
 //	chain sb-asb-x                                             # one per sandbox
 //	    ip daddr <denied prefix> [log denied] drop ...         # SetRules
 //	    ip daddr <allowed prefix> accept ...
+//	chain ct-asb-x                                             # one per sandbox
+//	    ct count over <MaxConnsPerSandbox> jump conns_over
+//	chain conns_over
+//	    [log conns] drop
 //	chain postrouting (hook postrouting, nat, priority srcnat)
 //	    meta nfproto ipv4 iifname "asb-*" oifname != "asb-*" masquerade
 //
@@ -96,11 +102,25 @@
 // with a DropLog, which decodes each entry into a Drop: the reason, the
 // sandbox's host interface, the protocol, addresses and destination port.
 //
+// The conntrack table is the host's, shared by every sandbox, and a
+// sandbox fills it fast (a DNS query from a new source port is an entry
+// for 30 s). MaxConnsPerSandbox caps each sandbox's entries: its ct- chain
+// holds one connlimit rule (nft's "ct count"), reached from the input hook
+// (DNS and the proxy, made local by the redirects) and from the forward
+// hook alike, so one count covers both; a new connection beyond the cap
+// is dropped, and once the sandbox's entries expire or close it connects
+// again. The count is the rule's own, so the chain is written once, when
+// the sandbox is added, and never replaced. TCP connections stop counting
+// when they close, although the table keeps them in TIME_WAIT for two
+// minutes: a sandbox that opens and closes connections fast is bounded by
+// its bandwidth cap and the proxy, not by this cap.
+//
 // EnsureBase creates the table or rewrites its base chains in one
 // transaction, keeping the per-sandbox chains and map elements of
 // surviving sandboxes. AddSandbox (called by AttachVeth when the config
-// names a Firewall) adds an empty sb- chain and its map element in one
-// transaction; SetRules replaces the chain's rules atomically, which is
+// names a Firewall) adds an empty sb- chain and its map element, and the
+// ct- chain and its element when there is a cap, in one transaction;
+// SetRules replaces the chain's rules atomically, which is
 // where CIDR allow rules go; RemoveSandbox undoes AddSandbox; Delete
 // removes the table. Since the fixed denials come first, no per-sandbox
 // rule opens the host, another sandbox, a Blocked range or IPv6. Accept

@@ -26,8 +26,11 @@ const (
 	chainOutput      = "output"
 	chainFrom        = "from_sandbox"
 	chainPostrouting = "postrouting"
+	chainConnsOver   = "conns_over"
 	mapSandboxes     = "sandboxes"
+	mapConnLimits    = "conn_limits"
 	sandboxChain     = "sb-" // + host veth name
+	connLimitChain   = "ct-" // + host veth name
 )
 
 // The rate of log entries per drop rule: enough for an audit trail of what
@@ -93,6 +96,10 @@ func (f *Firewall) sandboxMap() *nftables.Set {
 	return &nftables.Set{Table: table, Name: mapSandboxes, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
 }
 
+func (f *Firewall) connLimitMap() *nftables.Set {
+	return &nftables.Set{Table: table, Name: mapConnLimits, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+}
+
 // EnsureBase creates the table, or brings an existing one's base chains up
 // to the config, in one transaction. The per-sandbox chains and map
 // elements of an existing table are kept, so a restarted server keeps the
@@ -120,11 +127,14 @@ func (f *Firewall) EnsureBase(ctx context.Context) error {
 	from := c.AddChain(&nftables.Chain{Name: chainFrom, Table: table})
 	postrouting := c.AddChain(&nftables.Chain{Name: chainPostrouting, Table: table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
-	vmap := f.sandboxMap()
-	if err := c.AddSet(vmap, nil); err != nil {
-		return fmt.Errorf("installing firewall base: %w", err)
+	connsOver := c.AddChain(&nftables.Chain{Name: chainConnsOver, Table: table})
+	vmap, limits := f.sandboxMap(), f.connLimitMap()
+	for _, m := range []*nftables.Set{vmap, limits} {
+		if err := c.AddSet(m, nil); err != nil {
+			return fmt.Errorf("installing firewall base: %w", err)
+		}
 	}
-	for _, ch := range []*nftables.Chain{prerouting, input, forward, output, from, postrouting} {
+	for _, ch := range []*nftables.Chain{prerouting, input, forward, output, from, connsOver, postrouting} {
 		c.FlushChain(ch)
 	}
 
@@ -152,6 +162,17 @@ func (f *Firewall) EnsureBase(ctx context.Context) error {
 			&expr.Redir{RegisterProtoMin: 1, Flags: expr.NF_NAT_RANGE_PROTO_SPECIFIED},
 		})...)
 	}
+
+	// A sandbox's new connections, to the host (DNS and the proxy, which
+	// the redirects make local) or through it, first pass its conntrack
+	// cap: its ct- chain, one rule (so one count) for both hooks.
+	connLimit := cat(fromSandbox, ctNew(), []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: limits.Name, SetID: limits.ID, DestRegister: 0, IsDestRegSet: true},
+	})
+	rule(input, connLimit...)
+	rule(forward, connLimit...)
+	drop(connsOver, DropConns)
 
 	// input: replies to the host's own connections; the allowed ports;
 	// redirected connections, to their target port only (a DNAT by
@@ -269,6 +290,9 @@ func (f *Firewall) setSandbox(ctx context.Context, hostIf string, rules SandboxR
 		}}); err != nil {
 			return fmt.Errorf("setting firewall of %s: %w", hostIf, err)
 		}
+		if err := f.addConnLimit(c, hostIf); err != nil {
+			return fmt.Errorf("setting firewall of %s: %w", hostIf, err)
+		}
 	}
 	c.FlushChain(ch)
 	for _, p := range rules.Deny {
@@ -286,6 +310,28 @@ func (f *Firewall) setSandbox(ctx context.Context, hostIf string, rules SandboxR
 	return nil
 }
 
+// addConnLimit adds hostIf's ct- chain, which sends a new connection
+// beyond MaxConnsPerSandbox to conns_over, and maps hostIf to it. The
+// chain is never rewritten while the sandbox lives: a new rule would
+// start counting from zero.
+func (f *Firewall) addConnLimit(c *nftables.Conn, hostIf string) error {
+	if f.cfg.MaxConnsPerSandbox == 0 {
+		return nil
+	}
+	ch := c.AddChain(&nftables.Chain{Name: connLimitChain + hostIf, Table: table})
+	c.FlushChain(ch)
+	c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: []expr.Any{
+		// "ct count over N": the expression matches when the count of
+		// its connections (this one added) is above N.
+		&expr.Connlimit{Count: f.cfg.MaxConnsPerSandbox, Flags: expr.NFT_CONNLIMIT_F_INV},
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: chainConnsOver},
+	}})
+	return c.SetAddElements(f.connLimitMap(), []nftables.SetElement{{
+		Key:         ifnameKey(hostIf),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name},
+	}})
+}
+
 // RemoveSandbox removes hostIf's map element and chain in one transaction.
 // Removing a sandbox that is not there succeeds.
 func (f *Firewall) RemoveSandbox(ctx context.Context, hostIf string) error {
@@ -295,7 +341,6 @@ func (f *Firewall) RemoveSandbox(ctx context.Context, hostIf string) error {
 	if err != nil {
 		return fmt.Errorf("removing firewall of %s: %w", hostIf, err)
 	}
-	name := sandboxChain + hostIf
 	if ok, err := tableExists(c); err != nil || !ok {
 		return err
 	}
@@ -303,25 +348,29 @@ func (f *Firewall) RemoveSandbox(ctx context.Context, hostIf string) error {
 	if err != nil {
 		return fmt.Errorf("removing firewall of %s: listing chains: %w", hostIf, err)
 	}
-	if !slices.ContainsFunc(chains, func(ch *nftables.Chain) bool { return ch.Table.Name == TableName && ch.Name == name }) {
-		return nil
-	}
-	m := f.sandboxMap()
-	elems, err := c.GetSetElements(m)
-	if err != nil {
-		return fmt.Errorf("removing firewall of %s: listing %s: %w", hostIf, mapSandboxes, err)
-	}
 	key := ifnameKey(hostIf)
-	for _, e := range elems {
-		if string(e.Key) == string(key) {
-			if err := c.SetDeleteElements(m, []nftables.SetElement{{Key: key}}); err != nil {
-				return fmt.Errorf("removing firewall of %s: %w", hostIf, err)
+	for _, p := range []struct {
+		chain string
+		m     *nftables.Set
+	}{{sandboxChain + hostIf, f.sandboxMap()}, {connLimitChain + hostIf, f.connLimitMap()}} {
+		if !slices.ContainsFunc(chains, func(ch *nftables.Chain) bool { return ch.Table.Name == TableName && ch.Name == p.chain }) {
+			continue
+		}
+		elems, err := c.GetSetElements(p.m)
+		if err != nil {
+			return fmt.Errorf("removing firewall of %s: listing %s: %w", hostIf, p.m.Name, err)
+		}
+		for _, e := range elems {
+			if string(e.Key) == string(key) {
+				if err := c.SetDeleteElements(p.m, []nftables.SetElement{{Key: key}}); err != nil {
+					return fmt.Errorf("removing firewall of %s: %w", hostIf, err)
+				}
 			}
 		}
+		ch := &nftables.Chain{Name: p.chain, Table: table}
+		c.FlushChain(ch)
+		c.DelChain(ch)
 	}
-	ch := &nftables.Chain{Name: name, Table: table}
-	c.FlushChain(ch)
-	c.DelChain(ch)
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("removing firewall of %s: %w", hostIf, err)
 	}
@@ -421,6 +470,17 @@ func ctEstablished() []expr.Any {
 		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+	}
+}
+
+// ctNew matches a connection's first packet.
+func ctNew() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW),
 			Xor:  binaryutil.NativeEndian.PutUint32(0)},
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}

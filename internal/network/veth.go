@@ -62,6 +62,13 @@ type FirewallConfig struct {
 	// with the reason (DropHost, DropIPv6, ...) as its prefix; a DropLog
 	// reads them.
 	LogGroup uint16
+	// MaxConnsPerSandbox caps the conntrack entries of each sandbox's
+	// connections through the host (forwarded, and redirected to the
+	// gateway's DNS filter and proxy): a new connection beyond it is
+	// dropped (logged as DropConns), so that one sandbox cannot fill the
+	// host's conntrack table, which every sandbox and the host share.
+	// 0: no cap.
+	MaxConnsPerSandbox uint32
 }
 
 // Redirect sends a sandbox's traffic for Proto/Port to ToPort on its
@@ -81,6 +88,7 @@ const (
 	DropBlocked = "blocked" // to a Blocked range
 	DropDefault = "default" // forwarded, but no rule of the sandbox allows it
 	DropDenied  = "denied"  // a Deny prefix of the sandbox's rules
+	DropConns   = "conns"   // a new connection beyond MaxConnsPerSandbox
 )
 
 // DefaultBlocked are the IPv4 ranges forwarding from a sandbox never

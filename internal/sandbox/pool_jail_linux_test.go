@@ -48,6 +48,7 @@ func jailConfig(t *testing.T, mod func(*jail.Config)) (Config, *jail.Backend, *s
 	}
 	t.Cleanup(func() {
 		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
+		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
 		for _, d := range jailtest.CgroupParentDirs(cgParent) {
 			_ = unix.Rmdir(d)
 		}

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -76,6 +77,10 @@ type Config struct {
 	// pulls may reach whatever they resolve to; any other private,
 	// loopback, link-local or host address is refused (package fetch).
 	Registries []string
+	// MaxConnsPerSandbox caps each sandbox's entries in the host's
+	// conntrack table (network.FirewallConfig.MaxConnsPerSandbox); 0 = no
+	// cap.
+	MaxConnsPerSandbox int
 }
 
 // Defaults of DefaultConfig.
@@ -84,6 +89,11 @@ const (
 	DefaultBandwidthMbit = 100
 	// DefaultMaxBuildContext bounds an uploaded build context.
 	DefaultMaxBuildContext = api.DefaultMaxContextBytes
+	// DefaultMaxConnsPerSandbox is each sandbox's default conntrack cap:
+	// far more connections than a browser or a package manager keeps open
+	// (closed TCP connections do not count), and 1/64 of a 262144-entry
+	// table, the kernel's size on a host of 16 GiB or more.
+	DefaultMaxConnsPerSandbox = 4096
 )
 
 // DefaultDiskReserve is the default Config.DiskReserve.
@@ -93,12 +103,13 @@ var DefaultDiskReserve = sandbox.DiskReserve{Percent: 5}
 func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
-		AddressPool:     network.DefaultPoolPrefix,
-		WarmPools:       map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
-		MaxSandboxes:    MaxSandboxesAuto,
-		DiskReserve:     DefaultDiskReserve,
-		PausedRetention: sandbox.DefaultPausedRetention,
-		MaxBuildContext: DefaultMaxBuildContext,
+		AddressPool:        network.DefaultPoolPrefix,
+		WarmPools:          map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		MaxSandboxes:       MaxSandboxesAuto,
+		DiskReserve:        DefaultDiskReserve,
+		PausedRetention:    sandbox.DefaultPausedRetention,
+		MaxBuildContext:    DefaultMaxBuildContext,
+		MaxConnsPerSandbox: DefaultMaxConnsPerSandbox,
 	}
 }
 
@@ -185,6 +196,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBuildContext < 0 {
 		return fmt.Errorf("--max-build-context %d: want a size", c.MaxBuildContext)
+	}
+	if c.MaxConnsPerSandbox < 0 || c.MaxConnsPerSandbox > math.MaxUint32 {
+		return fmt.Errorf("--max-conns-per-sandbox %d: want 0 (no cap) or more", c.MaxConnsPerSandbox)
 	}
 	if c.DNSUpstream != "" {
 		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {

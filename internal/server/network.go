@@ -57,6 +57,8 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	fw, err := network.NewFirewall(network.FirewallConfig{
 		Redirects: gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
 		LogGroup:  dropLogGroup,
+
+		MaxConnsPerSandbox: uint32(cfg.MaxConnsPerSandbox), // Validate bounds it
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the firewall: %w", err)

@@ -171,6 +171,7 @@ func newHarness(t *testing.T) *harness {
 	}
 	t.Cleanup(func() {
 		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
+		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
 		for _, d := range jailtest.CgroupParentDirs(cgParent) {
 			_ = unix.Rmdir(d)
 		}

@@ -43,6 +43,7 @@ func attacks(t *testing.T, mode jail.UsernsMode) {
 	t.Run("envd files API", func(t *testing.T) { h.t = t; testFilesAPI(t, h, tb, sb) })
 	t.Run("network", func(t *testing.T) { h.t = t; testNetwork(t, h, tb, sb, neighbour) })
 	t.Run("resources", func(t *testing.T) { h.t = t; testResources(t, h, tb) })
+	t.Run("inside-out leaks", func(t *testing.T) { h.t = t; testLeaks(t, h, tb, neighbour) })
 }
 
 var users = []string{"user", "root"}
@@ -86,22 +87,60 @@ var syscallCases = []struct{ name, attack, want string }{
 	{"syslog", "syslog(READ_ALL) (dmesg)", "EPERM"},
 }
 
+// oracleControl proves, in the probe run of a syscall row, that the seccomp
+// oracle works: an allowed call reaches the probe's notifier.
+var oracleControl = control{args: []string{"sys", "getppid"}, want: "getppid to reach the notifier", ok: is(passedFilter)}
+
+// socketCases are the address families the jail's filter refuses.
+var socketCases = []struct{ name, attack string }{
+	{"socket-vsock", "socket(AF_VSOCK) (not namespaced: shared with every sandbox and the host)"},
+	{"socket-packet", "socket(AF_PACKET, SOCK_RAW) (raw frames on eth0)"},
+	{"socket-alg", "socket(AF_ALG) (kernel crypto API)"},
+	{"socketpair-vsock", "socketpair(AF_VSOCK)"},
+}
+
+// socketControls: the families real programs need open for real, and
+// AF_INET passes the filter under the oracle.
+var socketControls = []control{
+	oracleControl,
+	{args: []string{"sys", "socket-inet"}, want: "AF_INET to reach the notifier", ok: is(passedFilter)},
+	{args: []string{"socket", "inet"}, want: "ok", ok: is("ok")},
+	{args: []string{"socket", "inet6"}, want: "ok", ok: is("ok")},
+	{args: []string{"socket", "unix"}, want: "ok", ok: is("ok")},
+	{args: []string{"socket", "netlink"}, want: "ok", ok: is("ok")},
+}
+
 func testSyscalls(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	for _, c := range syscallCases {
 		for _, u := range users {
-			got := h.probe(sb, u, "sys", c.name)
-			tb.add(t, outcome{attack: c.attack, as: u, expected: "fails " + c.want + " (seccomp)", observed: got, contained: got == c.want})
+			got, obs, ok := h.probed(sb, u, []control{oracleControl}, "sys", c.name)
+			tb.add(t, outcome{attack: c.attack, as: u,
+				expected: c.want + " from the jail's seccomp filter (never reaches the probe's notifier; getppid does)",
+				observed: obs, contained: ok && got == c.want})
+		}
+	}
+	for _, c := range socketCases {
+		for _, u := range users {
+			got, obs, ok := h.probed(sb, u, socketControls, "sys", c.name)
+			tb.add(t, outcome{attack: c.attack, as: u,
+				expected: "EAFNOSUPPORT from the jail's seccomp filter; AF_INET, AF_INET6, AF_UNIX, AF_NETLINK open",
+				observed: obs, contained: ok && got == "EAFNOSUPPORT"})
 		}
 	}
 	// chroot is allowed to root (CAP_SYS_CHROOT, Docker's default), so
-	// the break-out must end in the sandbox's own root.
-	got := h.probe(sb, "root", "chroot-escape", h.marker)
+	// the break-out must end in the sandbox's own root; the marker's path
+	// is real on the host.
+	if _, err := os.Stat(h.marker); err != nil {
+		t.Fatalf("the host marker: %v", err)
+	}
+	tmp := control{args: []string{"stat", "/tmp"}, want: "ok", ok: is("ok")}
+	got, obs, ok := h.probed(sb, "root", []control{tmp}, "chroot-escape", h.marker)
 	tb.add(t, outcome{attack: "chroot escape (chroot, chdir .. ×64, chroot .)", as: "root",
-		expected: "ends in the sandbox's root (pivot_root; old root detached)", observed: got,
-		contained: got == "ok escaped to the sandbox's root; host marker: ENOENT"})
-	got = h.probe(sb, "user", "chroot-escape", h.marker)
+		expected: "ends in the sandbox's root (pivot_root; old root detached); host marker ENOENT there", observed: obs,
+		contained: ok && got == "ok escaped to the sandbox's root; host marker: ENOENT"})
+	got, obs, ok = h.probed(sb, "user", []control{tmp}, "chroot-escape", h.marker)
 	tb.add(t, outcome{attack: "chroot escape (chroot, chdir .. ×64, chroot .)", as: "user",
-		expected: "chroot fails EPERM", observed: got, contained: got == "EPERM"})
+		expected: "chroot: EPERM (no CAP_SYS_CHROOT)", observed: obs, contained: ok && got == "chroot: EPERM"})
 }
 
 func testFilesystem(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
@@ -113,79 +152,87 @@ func testFilesystem(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	thp := currentTHP(t)
 	// Kernels without CONFIG_MAGIC_SYSRQ have no /proc/sysrq-trigger;
 	// elsewhere the jail binds /dev/null over it.
-	sysrq, sysrqContained := "lands in /dev/null (masked: char 1:3)", func(s string) bool { return s == "ok wrote to char 1:3" }
+	sysrq, sysrqContained := "lands in /dev/null (masked: char 1:3)", is("ok wrote to char 1:3")
 	if _, err := os.Stat("/proc/sysrq-trigger"); errors.Is(err, os.ErrNotExist) {
-		sysrq, sysrqContained = "ENOENT (the host kernel has none)", func(s string) bool { return s == "ENOENT" }
+		sysrq, sysrqContained = "ENOENT (the host kernel has none)", is("ENOENT")
 	}
 
 	type fsCase struct {
 		attack, as, expected string
+		controls             []control
 		args                 []string
 		contained            func(string) bool
 	}
-	is := func(want string) func(string) bool { return func(s string) bool { return s == want } }
+	// Positive controls: the same kind of step against something the
+	// probe may reach.
+	readable := func(path string) control {
+		return control{args: []string{"read", path}, want: "ok (readable)", ok: okPrefix}
+	}
+	fifo := func(dir string) control {
+		return control{args: []string{"mkfifo", dir}, want: "ok", ok: is("ok")}
+	}
+	envd := control{args: []string{"read", "/usr/bin/envd"}, want: `ok "\x7fELF…" (envd is there)`,
+		ok: func(s string) bool { return strings.HasPrefix(s, `ok "\x7fELF`) }}
 	// In a user namespace, root holds its capabilities there only: host
 	// root's files stay closed and device nodes cannot be made.
 	procSysErr, procSys := h.either("EACCES", "EROFS"), h.either("EACCES (host root's files)", "EROFS (/proc/sys read-only)")
 	mknodErr := h.either("mknod: EPERM", "mknod ok, open: EACCES")
-	mknod := h.either("mknod EPERM (no CAP_MKNOD on the host)", "mknod works (CAP_MKNOD), open EACCES (nodev)")
-	envdWriteErr := h.either("EACCES", "ETXTBSY")
-	envdWrite := h.either("EACCES (host root's file)", "ETXTBSY (running; the mount is read-only too)")
+	mknod := h.either("mknod: EPERM (no CAP_MKNOD on the host)", "mknod works (CAP_MKNOD), open: EACCES (nodev)")
 	cases := []fsCase{
 		{"read the host marker through /proc/1/root", "root", "EACCES (init is non-dumpable, no CAP_SYS_PTRACE)",
-			[]string{"read", "/proc/1/root" + h.marker}, is("EACCES")},
+			[]control{readable("/proc/self/root/etc/hosts")}, []string{"read", "/proc/1/root" + h.marker}, is("EACCES")},
 		{"read the host marker through /proc/1/root", "user", "EACCES",
-			[]string{"read", "/proc/1/root" + h.marker}, is("EACCES")},
+			[]control{readable("/proc/self/root/etc/hosts")}, []string{"read", "/proc/1/root" + h.marker}, is("EACCES")},
 		{"read /proc/1/environ (init's environment)", "root", "EACCES (non-dumpable)",
-			[]string{"read", "/proc/1/environ"}, is("EACCES")},
+			[]control{readable("/proc/self/environ")}, []string{"read", "/proc/1/environ"}, is("EACCES")},
 		{"read /proc/1/environ (init's environment)", "user", "EACCES",
-			[]string{"read", "/proc/1/environ"}, is("EACCES")},
-		{"write 'h' to /proc/sysrq-trigger", "root", sysrq, []string{"sysrq"}, sysrqContained},
-		{"write 'h' to /proc/sysrq-trigger", "user", sysrq, []string{"sysrq"}, sysrqContained},
+			[]control{readable("/proc/self/environ")}, []string{"read", "/proc/1/environ"}, is("EACCES")},
+		{"write 'h' to /proc/sysrq-trigger", "root", sysrq, []control{readable("/proc/self/status")}, []string{"sysrq"}, sysrqContained},
+		{"write 'h' to /proc/sysrq-trigger", "user", sysrq, []control{readable("/proc/self/status")}, []string{"sysrq"}, sysrqContained},
 		{"write /sys/kernel/mm/transparent_hugepage/enabled", "root", "EROFS (/sys read-only)",
+			[]control{readable("/sys/kernel/mm/transparent_hugepage/enabled")},
 			[]string{"write", "/sys/kernel/mm/transparent_hugepage/enabled", thp}, is("EROFS")},
 		{"write /sys/kernel/profiling", "root", "EROFS (/sys read-only)",
-			[]string{"rewrite", "/sys/kernel/profiling"}, is("EROFS")},
+			[]control{readable("/sys/kernel/profiling")}, []string{"rewrite", "/sys/kernel/profiling"}, is("EROFS")},
 		{"write 1 to /proc/sys/vm/drop_caches", "root", procSys,
-			[]string{"write", "/proc/sys/vm/drop_caches", "1"}, is(procSysErr)},
+			[]control{readable("/proc/sys/vm/overcommit_memory")}, []string{"write", "/proc/sys/vm/drop_caches", "1"}, is(procSysErr)},
 		{"rewrite /proc/sys/kernel/core_pattern", "root", procSys,
-			[]string{"rewrite", "/proc/sys/kernel/core_pattern"}, is(procSysErr)},
+			[]control{readable("/proc/sys/kernel/core_pattern")}, []string{"rewrite", "/proc/sys/kernel/core_pattern"}, is(procSysErr)},
 		{"write /proc/sys/kernel/hostname", "root", procSys,
-			[]string{"write", "/proc/sys/kernel/hostname", "pwned"}, is(procSysErr)},
+			[]control{readable("/proc/sys/kernel/hostname")}, []string{"write", "/proc/sys/kernel/hostname", "pwned"}, is(procSysErr)},
 		{"rewrite /proc/sys/kernel/core_pattern", "user", "EACCES",
-			[]string{"rewrite", "/proc/sys/kernel/core_pattern"}, is("EACCES")},
+			[]control{readable("/proc/sys/kernel/core_pattern")}, []string{"rewrite", "/proc/sys/kernel/core_pattern"}, is("EACCES")},
 		{"mknod the host's root disk (" + disk + ") in /tmp and read it", "root", mknod,
-			append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is(mknodErr)},
-		{"mknod the host's root disk (" + disk + ") in /tmp and read it", "user", "mknod EPERM",
-			append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is("mknod: EPERM")},
+			[]control{fifo("/tmp")}, append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is(mknodErr)},
+		{"mknod the host's root disk (" + disk + ") in /tmp and read it", "user", "mknod: EPERM",
+			[]control{fifo("/tmp")}, append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is("mknod: EPERM")},
 		{"mknod sda (8:0) in /dev/shm and read it", "root", mknod,
-			[]string{"mknod-open", "/dev/shm/sda", "b", "8", "0"}, is(mknodErr)},
-		{"mknod sda (8:0) in /dev", "root", "mknod EROFS (/dev read-only)",
-			[]string{"mknod-open", "/dev/sda", "b", "8", "0"}, is("mknod: EROFS")},
-		{"open /dev/mem", "root", "ENOENT (not in the sandbox's /dev)", []string{"read", "/dev/mem"}, is("ENOENT")},
+			[]control{fifo("/dev/shm")}, []string{"mknod-open", "/dev/shm/sda", "b", "8", "0"}, is(mknodErr)},
+		{"mknod sda (8:0) in /dev", "root", "mknod: EROFS (/dev read-only)",
+			[]control{fifo("/tmp"), readable("/dev/zero")}, []string{"mknod-open", "/dev/sda", "b", "8", "0"}, is("mknod: EROFS")},
+		{"open /dev/mem", "root", "ENOENT (not in the sandbox's /dev)", []control{readable("/dev/zero")}, []string{"read", "/dev/mem"}, is("ENOENT")},
 		{"mknod /dev/mem (c 1:1) in /tmp and read it", "root", mknod,
-			[]string{"mknod-open", "/tmp/mem", "c", "1", "1"}, is(mknodErr)},
-		{"open /dev/kmem", "root", "ENOENT", []string{"read", "/dev/kmem"}, is("ENOENT")},
+			[]control{fifo("/tmp")}, []string{"mknod-open", "/tmp/mem", "c", "1", "1"}, is(mknodErr)},
+		{"open /dev/kmem", "root", "ENOENT", []control{readable("/dev/zero")}, []string{"read", "/dev/kmem"}, is("ENOENT")},
 		{"mknod /dev/kmem (c 1:2) in /tmp and read it", "root", mknod,
-			[]string{"mknod-open", "/tmp/kmem", "c", "1", "2"}, is(mknodErr)},
-		{"open /usr/bin/envd (a host file) for writing", "root", envdWrite,
-			[]string{"write", "/usr/bin/envd", "x"}, is(envdWriteErr)},
+			[]control{fifo("/tmp")}, []string{"mknod-open", "/tmp/kmem", "c", "1", "2"}, is(mknodErr)},
+		{"open /usr/bin/envd (a host file) for writing", "root", "EROFS (on the host's read-only binaries tmpfs)",
+			[]control{envd}, []string{"write", "/usr/bin/envd", "x"}, is("EROFS")},
 		{"chmod /usr/bin/envd (a host file)", "root", "EROFS (read-only bind mount)",
-			[]string{"chmod", "/usr/bin/envd"}, is("EROFS")},
+			[]control{envd}, []string{"chmod", "/usr/bin/envd"}, is("EROFS")},
 		{"rename a file over /usr/bin/envd", "root", "EBUSY (a mount point)",
+			[]control{envd, {args: []string{"stat", "/usr/bin/probe"}, want: "ok", ok: is("ok")}},
 			[]string{"rename", "/usr/bin/probe", "/usr/bin/envd"}, is("EBUSY")},
 		{"hard-link /usr/bin/envd (a host file) into /tmp", "root", "EXDEV (another mount)",
+			[]control{envd, {args: []string{"link-own", "/tmp"}, want: "ok", ok: is("ok")}},
 			[]string{"link", "/usr/bin/envd", "/tmp/envd"}, is("EXDEV")},
 		{"hard-link /etc/shadow into the home directory", "user", "EPERM (protected_hardlinks)",
+			[]control{{args: []string{"link-own", "/home/user"}, want: "ok", ok: is("ok")}},
 			[]string{"link", "/etc/shadow", "/home/user/shadow"}, is("EPERM")},
-		{"open an AF_PACKET socket", "user", "EPERM (no CAP_NET_RAW)", []string{"packet"}, is("EPERM")},
-		{"open an AF_PACKET socket", "root", h.either("EPERM (CAP_NET_RAW counts in the sandbox's user namespace only)",
-			"allowed (CAP_NET_RAW kept); spoofing with it: see network rows"),
-			[]string{"packet"}, func(got string) bool { return !h.userns || got == "EPERM" }},
 	}
 	for _, c := range cases {
-		got := h.probe(sb, c.as, c.args...)
-		tb.add(t, outcome{attack: c.attack, as: c.as, expected: c.expected, observed: got, contained: c.contained(got)})
+		got, obs, ok := h.probed(sb, c.as, c.controls, c.args...)
+		tb.add(t, outcome{attack: c.attack, as: c.as, expected: c.expected, observed: obs, contained: ok && c.contained(got)})
 	}
 	if b, err := os.ReadFile(h.marker); err != nil || string(b) != h.markerData {
 		t.Errorf("the host marker changed: %q, %v", b, err)

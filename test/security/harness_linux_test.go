@@ -62,6 +62,7 @@ var (
 const (
 	memoryMB = 256
 	diskMB   = 256
+	connCap  = 256 // conntrack entries per sandbox
 )
 
 // sandboxSecret is in the template's /etc/shadow: what a sandbox's own
@@ -74,6 +75,7 @@ type harness struct {
 	in       *inet.Internet
 	rootfs   string // the template, a host directory
 	stateDir string // where the sandboxes' disk images live
+	runDir   string // the backend's RunDir
 	cgParent string
 	hostPort string // a host listener on every host address, the API port's stand-in
 	// marker is a host file with unique content that no sandbox may read
@@ -81,6 +83,11 @@ type harness struct {
 	marker, markerData string
 	// userns: the sandboxes run in user namespaces.
 	userns bool
+	// leak is a pipe the test process holds without close-on-exec, as the
+	// server held fd 251 it had inherited: os/exec passes it to init, and
+	// nothing of it may reach a sandbox. leakIno is its inode.
+	leak    [2]int
+	leakIno uint64
 }
 
 // either is what a case expects with user namespaces, or without.
@@ -91,13 +98,12 @@ func (h *harness) either(userns, without string) string {
 	return without
 }
 
-// rawSent reports whether a raw-socket probe got as far as it should: in
-// a user namespace root cannot open one; without, it sends.
-func (h *harness) rawSent(got string) bool {
-	if h.userns {
-		return got == "EPERM"
+// eitherUser is what a case expects as user, or as root.
+func (h *harness) eitherUser(as, asUser, asRoot string) string {
+	if as == "user" {
+		return asUser
 	}
-	return strings.HasPrefix(got, "ok")
+	return asRoot
 }
 
 // newHarness starts a sandbox manager over the jail with user namespaces
@@ -113,6 +119,16 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 
 	dir := t.TempDir()
 	h := &harness{t: t, in: in, rootfs: filepath.Join(dir, "rootfs"), stateDir: filepath.Join(dir, "sandboxes"), userns: userns == jail.UsernsOn}
+	// Before any sandbox starts: what init inherits.
+	if err := unix.Pipe2(h.leak[:], 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(h.leak[0]); unix.Close(h.leak[1]) })
+	var pst unix.Stat_t
+	if err := unix.Fstat(h.leak[0], &pst); err != nil {
+		t.Fatal(err)
+	}
+	h.leakIno = pst.Ino
 	h.marker = filepath.Join(dir, "host-marker")
 	h.markerData = "host-marker-" + randomHex(8)
 	if err := os.WriteFile(h.marker, []byte(h.markerData), 0o644); err != nil {
@@ -138,7 +154,8 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 		t.Fatal(err)
 	}
 	fw, err := network.NewFirewall(network.FirewallConfig{
-		Redirects: gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
+		Redirects:          gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
+		MaxConnsPerSandbox: connCap,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -160,6 +177,7 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 	t.Cleanup(func() { gw.Close() })
 
 	runDir := filepath.Join(dir, "run")
+	h.runDir = runDir
 	h.cgParent = fmt.Sprintf("agent-sandbox-securitytest-%d", os.Getpid())
 	backend, err := jail.New(jail.Config{
 		StateDir: h.stateDir, RunDir: runDir, CgroupParent: h.cgParent, Log: log,
@@ -176,6 +194,7 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 	}
 	t.Cleanup(func() {
 		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
+		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
 		for _, d := range jailtest.CgroupParentDirs(h.cgParent) {
 			_ = unix.Rmdir(d)
 		}
@@ -295,6 +314,54 @@ func (h *harness) probe(sb store.Sandbox, user string, args ...string) string {
 	}
 	lines := strings.Split(r.out, "\n")
 	return lines[len(lines)-1]
+}
+
+// control is a positive control: a probe step that must get what ok
+// accepts (want says what that is), run in the same probe process just
+// before the attack, so that a probe that is broken, missing or pointed at
+// the wrong thing never counts as "blocked".
+type control struct {
+	args []string
+	want string
+	ok   func(string) bool
+}
+
+// is accepts exactly want.
+func is(want string) func(string) bool { return func(s string) bool { return s == want } }
+
+// okPrefix accepts what starts with "ok".
+func okPrefix(s string) bool { return strings.HasPrefix(s, "ok") }
+
+// probed runs controls and then the attack ARGS in one probe process in sb
+// as user. It returns the attack's result, the observed text for the table
+// (each control's result, then the attack's) and whether every control
+// got what it must.
+func (h *harness) probed(sb store.Sandbox, user string, controls []control, args ...string) (got, observed string, controlsOK bool) {
+	pair := []string{"pair"}
+	for _, c := range controls {
+		pair = append(append(pair, c.args...), "--")
+	}
+	r := h.run(sb, user, append(pair, args...)...)
+	if r.err != nil {
+		return "", "running the probe: " + r.err.Error(), false
+	}
+	lines := strings.Split(r.out, "\n")
+	if len(lines) != len(controls)+1 {
+		return "", fmt.Sprintf("the probe printed %q (exit %d), not %d results", r.out, r.exit, len(controls)+1), false
+	}
+	got = lines[len(lines)-1]
+	failed, passed := []string{got}, []string(nil)
+	for i, c := range controls {
+		res := strings.TrimPrefix(lines[i], "control: ")
+		if c.ok(res) {
+			passed = append(passed, fmt.Sprintf("control %s: %s", strings.Join(c.args, " "), res))
+			continue
+		}
+		failed = append(failed, fmt.Sprintf("POSITIVE CONTROL FAILED: %s got %q, want %s", strings.Join(c.args, " "), res, c.want))
+	}
+	// The attack's result first, then failed controls: the table cuts
+	// long observations.
+	return got, strings.Join(append(failed, passed...), "; "), len(failed) == 1
 }
 
 func basicAuth(user string) string {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -34,6 +35,9 @@ func probeMain(args []string) int {
 		fmt.Println("usage: probe CMD ARGS")
 		return 2
 	}
+	if args[0] == "pair" {
+		return pairMain(args[1:])
+	}
 	out, err := probe(args[0], args[1:])
 	if err != nil {
 		fmt.Println(errName(err))
@@ -43,10 +47,79 @@ func probeMain(args []string) int {
 	return 0
 }
 
+// pairMain runs "pair CONTROL... -- [CONTROL... --] ATTACK...": each
+// control, then the attack, in this one process, printing one line per
+// control ("control: <result>") and the attack's result last. The test
+// counts the attack as contained only if every control got what it must.
+func pairMain(args []string) int {
+	var steps [][]string
+	start := 0
+	for i, a := range args {
+		if a == "--" {
+			steps = append(steps, args[start:i])
+			start = i + 1
+		}
+	}
+	steps = append(steps, args[start:])
+	if len(steps) < 2 || slices.ContainsFunc(steps, func(s []string) bool { return len(s) == 0 }) {
+		fmt.Println("usage: probe pair CONTROL... -- ATTACK...")
+		return 2
+	}
+	result := func(step []string) string {
+		out, err := probe(step[0], step[1:])
+		if err != nil {
+			return errName(err)
+		}
+		return out
+	}
+	for _, c := range steps[:len(steps)-1] {
+		fmt.Println("control: " + result(c))
+	}
+	fmt.Println(result(steps[len(steps)-1]))
+	return 0
+}
+
 func probe(cmd string, args []string) (string, error) {
 	switch cmd {
-	case "sys": // NAME: one escape syscall
-		return syscallAttack(args[0])
+	case "sys": // NAME: one escape syscall, under the seccomp oracle
+		return sysOracle(args[0])
+	case "socket": // FAMILY: open a socket of that family, for real
+		return syscallAttack("socket-" + args[0])
+	case "mkfifo": // DIR: make a FIFO there (mknod makes them for anyone) and remove it
+		p := filepath.Join(args[0], "fifo-control-"+strconv.Itoa(os.Getpid()))
+		if err := unix.Mkfifo(p, 0o600); err != nil {
+			return "", err
+		}
+		return "ok", os.Remove(p)
+	case "link-own": // DIR: link a file of our own, the control for hard links
+		f := filepath.Join(args[0], "link-own-"+strconv.Itoa(os.Getpid()))
+		if err := os.WriteFile(f, nil, 0o600); err != nil {
+			return "", err
+		}
+		defer os.Remove(f)
+		defer os.Remove(f + ".link")
+		return "ok", os.Link(f, f+".link")
+	case "remove": // PATH
+		return "ok", os.Remove(args[0])
+	case "mac": // eth0's link address
+		ifc, err := net.InterfaceByName("eth0")
+		if err != nil {
+			return "", err
+		}
+		return "ok " + ifc.HardwareAddr.String(), nil
+	case "fdlist": // our descriptors: fd=target, + for those an exec passes on
+		return fdList()
+	case "procmem": // envd|child: open /proc/<pid>/mem and environ
+		return procMem(args[0])
+	case "dumpable": // prctl(PR_GET_DUMPABLE)
+		d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
+		return fmt.Sprintf("ok %d", d), err
+	case "mounts": // a JSON line: our mountinfo, and statfs of each mount
+		return mounts()
+	case "udpflood": // N ADDR...: N datagrams to each ADDR, each from a new socket
+		return udpFlood(args[0], args[1:])
+	case "dns": // NAME: look it up through the sandbox's resolver
+		return lookup(args[0])
 	case "chroot-escape": // HOSTPATH: chroot, chdir .. and chroot . again
 		return chrootEscape(args[0])
 	case "stat": // PATH
@@ -103,6 +176,13 @@ func probe(cmd string, args []string) (string, error) {
 		return "ok", os.Symlink(args[0], args[1])
 	case "tcp": // ADDR: connect, print what the server says
 		return tcp(args[0])
+	case "connect": // ADDR: a TCP connection, closed at once
+		c, err := net.DialTimeout("tcp", args[0], probeTimeout)
+		if err != nil {
+			return "", err
+		}
+		c.Close()
+		return "ok connected", nil
 	case "get": // URL
 		return get(args[0])
 	case "udp": // ADDR PAYLOAD: send one datagram from our own address
@@ -113,13 +193,6 @@ func probe(cmd string, args []string) (string, error) {
 		defer c.Close()
 		_, err = c.Write([]byte(args[1]))
 		return "ok sent", err
-	case "packet": // open an AF_PACKET socket
-		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL)))
-		if err != nil {
-			return "", err
-		}
-		unix.Close(fd)
-		return "ok AF_PACKET socket open", nil
 	case "spoof": // SRC DST:PORT PAYLOAD: a UDP datagram with a forged source
 		return spoofUDP(args[0], args[1], args[2])
 	case "arp-spoof": // IP: gratuitous ARP claiming IP
@@ -333,6 +406,29 @@ func syscallAttack(name string) (string, error) {
 	case "syslog":
 		buf := make([]byte, 4096)
 		_, err = unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, buf)
+	case "getppid": // the oracle's control: allowed to everyone
+		err = raw(unix.SYS_GETPPID)
+	case "socket-inet", "socket-inet6", "socket-unix", "socket-netlink", "socket-vsock", "socket-packet", "socket-alg":
+		args := map[string][3]int{
+			"socket-inet": {unix.AF_INET, unix.SOCK_DGRAM, 0}, "socket-inet6": {unix.AF_INET6, unix.SOCK_DGRAM, 0},
+			"socket-unix": {unix.AF_UNIX, unix.SOCK_STREAM, 0}, "socket-netlink": {unix.AF_NETLINK, unix.SOCK_RAW, unix.NETLINK_ROUTE},
+			"socket-vsock": {unix.AF_VSOCK, unix.SOCK_STREAM, 0}, "socket-packet": {unix.AF_PACKET, unix.SOCK_RAW, int(htons(unix.ETH_P_ALL))},
+			"socket-alg": {unix.AF_ALG, unix.SOCK_SEQPACKET, 0},
+		}[name]
+		var fd int
+		if fd, err = unix.Socket(args[0], args[1], args[2]); err == nil {
+			unix.Close(fd)
+		}
+	case "socketpair-unix", "socketpair-vsock":
+		family := unix.AF_UNIX
+		if name == "socketpair-vsock" {
+			family = unix.AF_VSOCK
+		}
+		var fds [2]int
+		if fds, err = unix.Socketpair(family, unix.SOCK_STREAM, 0); err == nil {
+			unix.Close(fds[0])
+			unix.Close(fds[1])
+		}
 	default:
 		return "", fmt.Errorf("unknown syscall attack %q", name)
 	}
@@ -347,19 +443,20 @@ func chrootEscape(hostPath string) (string, error) {
 	if err := unix.Stat("/", &before); err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll("/tmp/chroot-probe", 0o755); err != nil {
-		return "", err
+	dir := fmt.Sprintf("/tmp/chroot-probe-%d", os.Getuid())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("mkdir: %s", errName(err))
 	}
-	if err := unix.Chroot("/tmp/chroot-probe"); err != nil {
-		return "", err
+	if err := unix.Chroot(dir); err != nil {
+		return "", fmt.Errorf("chroot: %s", errName(err))
 	}
 	for range 64 {
 		if err := unix.Chdir(".."); err != nil {
-			return "", err
+			return "", fmt.Errorf("chdir: %s", errName(err))
 		}
 	}
 	if err := unix.Chroot("."); err != nil {
-		return "", err
+		return "", fmt.Errorf("second chroot: %s", errName(err))
 	}
 	var after unix.Stat_t
 	if err := unix.Stat("/", &after); err != nil {

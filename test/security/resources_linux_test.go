@@ -40,10 +40,12 @@ func testResources(t *testing.T, h *harness, tb *table) {
 func forkBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	var during string
 	var healthy bool
+	var started int
 	r := h.runStream(sb, "user", func(b []byte) {
 		if !strings.HasPrefix(string(b), "started=") {
 			return
 		}
+		fmt.Sscanf(string(b), "started=%d", &started)
 		code, err := h.health(sb)
 		healthy = err == nil && code/100 == 2
 		during = fmt.Sprintf("%s; pids %s of %s; /health during: %d %v",
@@ -51,9 +53,9 @@ func forkBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	}, "fork", "5000", "4")
 	after := h.probe(sb, "user", "stat", "/")
 	tb.add(t, outcome{attack: "fork bomb (5000 children)", as: "user",
-		expected:  "stops at the pids limit (EAGAIN); envd answers; commands run afterwards",
+		expected:  "forks (the control: 100 or more children), then EAGAIN at the pids limit; envd answers; commands run afterwards",
 		observed:  fmt.Sprintf("%s; afterwards: %s", during, after),
-		contained: r.err == nil && healthy && strings.Contains(during, "err=EAGAIN") && after == "ok"})
+		contained: r.err == nil && started >= 100 && healthy && strings.Contains(during, "err=EAGAIN") && after == "ok"})
 }
 
 // oomSlack is how far past its limit a memory cgroup's peak may go: the
@@ -63,42 +65,53 @@ const oomSlack = 1 << 20
 
 // memoryBomb allocates far more than the sandbox's memory limit.
 func memoryBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
-	r := h.run(sb, "user", "alloc", strconv.Itoa(4*memoryMB))
 	oomFile, peakFile, limitFile := "memory.oom_control", "memory.max_usage_in_bytes", "memory.limit_in_bytes"
 	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
 		oomFile, peakFile, limitFile = "memory.events", "memory.peak", "memory.max"
 	}
+	// The control: a fresh sandbox has no OOM kill yet, so the one after
+	// is this bomb's.
+	before := oomKillCount(h.cgroupFile(sb, "memory", oomFile))
+	r := h.run(sb, "user", "alloc", strconv.Itoa(4*memoryMB))
 	oom := h.cgroupFile(sb, "memory", oomFile)
 	code, err := h.health(sb)
 	rec, gerr := h.m.Get(context.Background(), sb.ID)
 	peak, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", peakFile), 10, 64)
 	limit, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", limitFile), 10, 64)
-	oomKills := ""
-	for _, l := range strings.Split(oom, "\n") {
-		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
-			oomKills = v
-		}
-	}
+	oomKills := oomKillCount(oom)
 	tb.add(t, outcome{attack: fmt.Sprintf("memory bomb (%d MB in a %d MB sandbox)", 4*memoryMB, memoryMB), as: "user",
 		expected: "the bomb is OOM-killed in the sandbox; envd answers; the group stays within its limit (+1 MiB the kernel lets a dying task charge)",
-		observed: fmt.Sprintf("%q exit %d (%s); oom_kill %s; /health %d %v; state %s (%v); group peak %d of %d bytes",
-			r.out, r.exit, r.status, oomKills, code, err, rec.State, gerr, peak, limit),
-		contained: strings.Contains(r.status, "killed") && oomKills != "" && oomKills != "0" && err == nil && code/100 == 2 &&
+		observed: fmt.Sprintf("%q exit %d (%s); oom_kill %s before, %s after; /health %d %v; state %s (%v); group peak %d of %d bytes",
+			r.out, r.exit, r.status, before, oomKills, code, err, rec.State, gerr, peak, limit),
+		contained: strings.Contains(r.status, "killed") && before == "0" && oomKills == "1" && err == nil && code/100 == 2 &&
 			gerr == nil && rec.State == store.StateRunning && limit > 0 && limit <= memoryMB<<20 && peak > 0 && peak <= limit+oomSlack})
+}
+
+// oomKillCount is the oom_kill count in a memory.oom_control or
+// memory.events file, "" if it has none.
+func oomKillCount(file string) string {
+	for _, l := range strings.Split(file, "\n") {
+		if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // diskFill writes until the sandbox's disk is full. What it costs the
 // host is the blocks its sparse disk image takes.
 func diskFill(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	got := h.probe(sb, "user", "fill", "/home/user/big")
+	var mb int
+	fmt.Sscanf(got, "ok wrote %d MB", &mb)
 	image := filepath.Join(h.stateDir, sb.ID, "disk.ext4")
 	var st unix.Stat_t
 	serr := unix.Stat(image, &st)
 	used := st.Blocks * 512
 	tb.add(t, outcome{attack: fmt.Sprintf("disk fill (in a %d MB sandbox disk)", diskMB), as: "user",
-		expected:  fmt.Sprintf("ENOSPC inside; its image takes ≤ %d MB of the host disk", diskMB),
+		expected:  fmt.Sprintf("writes (the control: ≥ %d MB), then ENOSPC inside; its image takes ≤ %d MB of the host disk", diskMB/2, diskMB),
 		observed:  fmt.Sprintf("%s; image %s uses %d MB of the host disk %v", got, filepath.Base(image), used>>20, errOrEmpty(serr)),
-		contained: strings.HasPrefix(got, "ok ") && strings.HasSuffix(got, "ENOSPC") && serr == nil && used > 0 && used <= diskMB<<20})
+		contained: mb >= diskMB/2 && strings.HasSuffix(got, "ENOSPC") && serr == nil && used > 0 && used <= diskMB<<20})
 }
 
 // inodeFlood creates empty files until the sandbox's filesystem has no
@@ -109,10 +122,12 @@ func inodeFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	before := countFiles(dir)
 	got := h.probe(sb, "user", "inodes", "/home/user/many")
 	after := countFiles(dir)
+	var n int
+	fmt.Sscanf(got, "ok created %d files", &n)
 	tb.add(t, outcome{attack: "inode exhaustion (empty files)", as: "user",
-		expected:  "ENOSPC inside (its own ext4 image); no host inodes taken",
+		expected:  "creates files (the control: ≥ 10000), then ENOSPC inside (its own ext4 image); no host inodes taken",
 		observed:  fmt.Sprintf("%s; files in its host directory: %d before, %d after", got, before, after),
-		contained: strings.HasPrefix(got, "ok ") && strings.HasSuffix(got, "ENOSPC") && before > 0 && after == before})
+		contained: n >= 10000 && strings.HasSuffix(got, "ENOSPC") && before > 0 && after == before})
 }
 
 func countFiles(dir string) int {
@@ -137,10 +152,11 @@ func fdFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		if strings.Contains(r.status, "killed") {
 			got = "killed (" + r.status + ") before reaching the limit, by the memory limit"
 		}
-		bounded := (strings.Contains(got, "then EMFILE") || strings.Contains(got, "then ENFILE") || strings.Contains(got, "then ENOMEM")) &&
-			strings.HasSuffix(got, "raising it: EPERM")
+		var n int
+		fmt.Sscanf(got, "ok opened %d", &n)
+		bounded := n >= 1000 && strings.Contains(got, "then EMFILE") && strings.HasSuffix(got, "raising it: EPERM")
 		tb.add(t, outcome{attack: "open-files flood (raise RLIMIT_NOFILE, open until failure)", as: u,
-			expected: "EMFILE at the hard limit (raising it EPERM), or the memory limit first",
+			expected: "opens (the control: ≥ 1000), then EMFILE at the hard limit (raising it EPERM), or the memory limit first",
 			observed: got, contained: r.err == nil && (bounded || strings.Contains(r.status, "killed"))})
 	}
 }
@@ -177,7 +193,7 @@ func stalledReader(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	if err != nil {
 		t.Fatalf("starting the flood: %v", err)
 	}
-	stream.Receive() // the start event; then nothing is read
+	started := stream.Receive() // the start event; then nothing is read
 	peak := newPeak(func() (int64, int64) { return h.envdRSS(sb), 0 })
 	time.Sleep(5 * time.Second)
 	envdPeak, _ := peak.stop()
@@ -186,9 +202,9 @@ func stalledReader(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	code, herr := h.health(sb)
 	rec, _ := h.m.Get(context.Background(), sb.ID)
 	tb.add(t, outcome{attack: fmt.Sprintf("stdout flood (%d MB), client stops reading for 5 s", 4*floodMB), as: "user",
-		expected:  fmt.Sprintf("envd blocks the writer; its RSS grows < %d MB; sandbox alive", rssBound>>20),
-		observed:  fmt.Sprintf("envd RSS %d→peak %d MB; /health %d %v; state %s %s", envd0>>20, envdPeak>>20, code, herr, rec.State, rec.Reason),
-		contained: envdPeak > 0 && envdPeak-envd0 < rssBound && herr == nil && code/100 == 2 && rec.State == store.StateRunning})
+		expected:  fmt.Sprintf("the flood starts and envd's RSS is read (the controls); envd blocks the writer; its RSS grows < %d MB; sandbox alive", rssBound>>20),
+		observed:  fmt.Sprintf("started=%v; envd RSS %d→peak %d MB; /health %d %v; state %s %s", started, envd0>>20, envdPeak>>20, code, herr, rec.State, rec.Reason),
+		contained: started && envd0 > 0 && envdPeak-envd0 < rssBound && herr == nil && code/100 == 2 && rec.State == store.StateRunning})
 }
 
 // peak samples two values every 50 ms and keeps their maxima.

@@ -29,26 +29,18 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, u *identity.U
 	if err != nil {
 		return err
 	}
-	// Stat before opening, so that a FIFO or device never blocks the open.
-	fi, err := os.Stat(path)
-	switch {
-	case err != nil:
-		return readError(path, err)
-	case fi.IsDir():
-		return errorf(http.StatusBadRequest, "path '%s' is a directory", path)
-	case !fi.Mode().IsRegular():
-		return errorf(http.StatusBadRequest, "path '%s' is not a regular file", path)
-	}
 	enc, ok := chooseEncoding(r.Header)
 	if !ok {
 		return errorf(http.StatusNotAcceptable, "no acceptable content encoding: this endpoint serves gzip and identity")
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return readError(path, err)
+	// Opened as u, who must be allowed to read it; read from then on.
+	var f *os.File
+	if err := u.As(func() (err error) { f, err = openRegular(path); return err }); err != nil {
+		return err
 	}
 	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
+	fi, err := f.Stat()
+	if err != nil {
 		return errorf(http.StatusInternalServerError, "checking '%s': %v", path, err)
 	}
 
@@ -93,6 +85,25 @@ func (h *Handler) download(w http.ResponseWriter, r *http.Request, u *identity.U
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// openRegular opens path for reading if it is a regular file. It stats
+// first, so that a FIFO or device never blocks the open.
+func openRegular(path string) (*os.File, error) {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, readError(path, err)
+	case fi.IsDir():
+		return nil, errorf(http.StatusBadRequest, "path '%s' is a directory", path)
+	case !fi.Mode().IsRegular():
+		return nil, errorf(http.StatusBadRequest, "path '%s' is not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, readError(path, err)
+	}
+	return f, nil
 }
 
 // gzipChunkSize is the size of the pieces a gzip'ed download is written in.

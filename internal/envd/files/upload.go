@@ -163,67 +163,81 @@ func metadata(hdr http.Header) (map[string]string, error) {
 	return md, nil
 }
 
-// writeFile streams src to path as u: missing parents are created (0755,
-// owned by u), a new file gets mode 0644, the file is given to u, and its
-// metadata is replaced by md.
+// writeFile streams src to path as u, with u's permissions: missing
+// parents are created (0755) and a new file gets mode 0644, both belonging
+// to u; an existing file keeps its owner. Its metadata is replaced by md.
 func writeFile(path string, src io.Reader, u *identity.User, md map[string]string) (entry, error) {
-	if err := u.MkdirAll(filepath.Dir(path)); err != nil {
-		switch {
-		case noSpace(err):
-			return entry{}, errorf(http.StatusInsufficientStorage, "not enough disk space to create '%s': %v", filepath.Dir(path), err)
-		case errors.Is(err, fs.ErrExist):
-			return entry{}, errorf(http.StatusBadRequest, "%v", err)
-		case badPath(err):
-			return entry{}, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
-		}
-		return entry{}, errorf(http.StatusInternalServerError, "creating parent directories of '%s': %v", path, err)
+	var f *os.File
+	var isNew bool
+	if err := u.As(func() (err error) { f, isNew, err = openForWrite(path, u); return err }); err != nil {
+		return entry{}, err
 	}
-	fi, err := os.Stat(path)
-	isNew := errors.Is(err, fs.ErrNotExist)
-	switch {
-	case err != nil && badPath(err):
-		return entry{}, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
-	case err != nil && !isNew:
-		return entry{}, errorf(http.StatusInternalServerError, "checking path '%s': %v", path, err)
-	case err == nil && fi.IsDir():
-		return entry{}, errorf(http.StatusBadRequest, "path '%s' is a directory", path)
-	case err == nil && !fi.Mode().IsRegular():
-		return entry{}, errorf(http.StatusBadRequest, "path '%s' is not a regular file", path)
-	}
-
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
-	switch {
-	case errors.Is(err, syscall.EISDIR):
-		return entry{}, errorf(http.StatusBadRequest, "path '%s' is a directory", path)
-	case badPath(err):
-		return entry{}, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
-	case noSpace(err):
-		return entry{}, errorf(http.StatusInsufficientStorage, "not enough disk space to create '%s': %v", path, err)
-	case err != nil:
-		return entry{}, errorf(http.StatusInternalServerError, "opening '%s' for writing: %v", path, err)
-	}
-	e, err := fill(f, path, isNew, src, u, md)
+	e, err := fill(f, path, src, u, md)
 	if closeErr := f.Close(); err == nil && closeErr != nil {
 		err = writeError(path, closeErr)
 	}
 	if err != nil && isNew {
-		_ = os.Remove(path) // do not leave a partial file taking up space
+		// Do not leave a partial file taking up space.
+		_ = u.As(func() error { return os.Remove(path) })
 	}
 	return e, err
 }
 
-func fill(f *os.File, path string, isNew bool, src io.Reader, u *identity.User, md map[string]string) (entry, error) {
+// openForWrite opens path for writing, truncated, creating it and its
+// missing parents if needed; isNew says it did not exist. It runs as u.
+func openForWrite(path string, u *identity.User) (f *os.File, isNew bool, err error) {
+	if err := u.MkdirAll(filepath.Dir(path)); err != nil {
+		switch {
+		case noSpace(err):
+			return nil, false, errorf(http.StatusInsufficientStorage, "not enough disk space to create '%s': %v", filepath.Dir(path), err)
+		case errors.Is(err, fs.ErrExist):
+			return nil, false, errorf(http.StatusBadRequest, "%v", err)
+		case badPath(err):
+			return nil, false, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
+		case errors.Is(err, fs.ErrPermission):
+			return nil, false, errorf(http.StatusForbidden, "creating parent directories of '%s' as %s: %v", path, u.Name, err)
+		}
+		return nil, false, errorf(http.StatusInternalServerError, "creating parent directories of '%s': %v", path, err)
+	}
+	fi, err := os.Stat(path)
+	isNew = errors.Is(err, fs.ErrNotExist)
+	switch {
+	case err != nil && badPath(err):
+		return nil, false, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
+	case err != nil && errors.Is(err, fs.ErrPermission):
+		return nil, false, errorf(http.StatusForbidden, "checking path '%s' as %s: %v", path, u.Name, err)
+	case err != nil && !isNew:
+		return nil, false, errorf(http.StatusInternalServerError, "checking path '%s': %v", path, err)
+	case err == nil && fi.IsDir():
+		return nil, false, errorf(http.StatusBadRequest, "path '%s' is a directory", path)
+	case err == nil && !fi.Mode().IsRegular():
+		return nil, false, errorf(http.StatusBadRequest, "path '%s' is not a regular file", path)
+	}
+
+	f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o666)
+	switch {
+	case errors.Is(err, syscall.EISDIR):
+		return nil, false, errorf(http.StatusBadRequest, "path '%s' is a directory", path)
+	case badPath(err):
+		return nil, false, errorf(http.StatusBadRequest, "invalid path '%s': %v", path, err)
+	case noSpace(err):
+		return nil, false, errorf(http.StatusInsufficientStorage, "not enough disk space to create '%s': %v", path, err)
+	case errors.Is(err, fs.ErrPermission):
+		return nil, false, errorf(http.StatusForbidden, "opening '%s' for writing as %s: %v", path, u.Name, err)
+	case err != nil:
+		return nil, false, errorf(http.StatusInternalServerError, "opening '%s' for writing: %v", path, err)
+	}
 	if isNew {
 		// 0666 less the usual umask 022, whatever envd's own umask is.
 		if err := f.Chmod(0o644); err != nil {
-			return entry{}, errorf(http.StatusInternalServerError, "setting the mode of '%s': %v", path, err)
+			f.Close()
+			return nil, false, errorf(http.StatusInternalServerError, "setting the mode of '%s': %v", path, err)
 		}
 	}
-	if mayGive(f, path, u) {
-		if err := u.ChownFile(f); err != nil {
-			return entry{}, errorf(http.StatusInternalServerError, "%v", err)
-		}
-	}
+	return f, isNew, nil
+}
+
+func fill(f *os.File, path string, src io.Reader, u *identity.User, md map[string]string) (entry, error) {
 	rs := &readSide{r: src}
 	if _, err := io.Copy(f, rs); err != nil {
 		if rs.err != nil {
@@ -231,7 +245,7 @@ func fill(f *os.File, path string, isNew bool, src io.Reader, u *identity.User, 
 		}
 		return entry{}, writeError(path, err)
 	}
-	if err := fsmeta.Replace(path, md); err != nil {
+	if err := u.As(func() error { return fsmeta.Replace(path, md) }); err != nil {
 		if errors.Is(err, errors.ErrUnsupported) && len(md) == 0 {
 			// No metadata on this platform, and none asked for.
 			return entry{Path: path, Name: filepath.Base(path), Type: "file"}, nil
@@ -249,38 +263,6 @@ func writeError(path string, err error) error {
 		return errorf(http.StatusInsufficientStorage, "not enough disk space to write '%s': %v", path, err)
 	}
 	return errorf(http.StatusInternalServerError, "writing '%s': %v", path, err)
-}
-
-// mayGive reports whether the written file f may be given to u, as envd
-// gives every file it writes. Not when path reached f through a symlink
-// into a directory u does not own: sandbox code that planted the link
-// would otherwise get, through an innocent write by the caller, ownership
-// of a file it could not touch (a root-owned /etc/profile.d script, say).
-// The check runs after the open and compares inodes, so a link swapped in
-// between cannot redirect it; hard links to others' files are refused by
-// the kernel (fs.protected_hardlinks).
-func mayGive(f *os.File, path string, u *identity.User) bool {
-	opened, err := f.Stat()
-	if err != nil {
-		return false
-	}
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return false
-	}
-	now, err := os.Stat(real)
-	if err != nil || !os.SameFile(opened, now) {
-		return false
-	}
-	if real == filepath.Clean(path) {
-		return true
-	}
-	dir, err := os.Stat(filepath.Dir(real))
-	if err != nil {
-		return false
-	}
-	st, ok := dir.Sys().(*syscall.Stat_t)
-	return ok && st.Uid == u.UID
 }
 
 // badPath reports whether err says the client's path cannot name a file: a

@@ -348,13 +348,9 @@ func TestUploadOwnership(t *testing.T) {
 	// (*identity.User).MkdirAll's 0755 is subject to the umask; envd runs
 	// with the usual 022.
 	withUmask(t, 0o022)
-	nobody, err := user.Lookup("nobody")
-	if err != nil {
-		t.Fatalf("looking up nobody: %v", err)
-	}
-	uid, _ := strconv.Atoi(nobody.Uid)
-	gid, _ := strconv.Atoi(nobody.Gid)
-	dir := t.TempDir()
+	uid, gid := nobodyIDs(t)
+	dir := sharedDir(t)
+	mustDo(t, os.Chmod(dir, 0o777)) // root's, but open to nobody
 	h := newHandler(t, "")
 	path := filepath.Join(dir, "a", "b", "c.txt")
 	body, ct := multipartBody(t, part{"file", path, "owned"})
@@ -373,47 +369,104 @@ func TestUploadOwnership(t *testing.T) {
 			t.Errorf("%s mode = %v, want 0755", d, fi.Mode())
 		}
 	}
-	// The directory given to the user existed before: it keeps its owner.
+	// The directory written into existed before: it keeps its owner.
 	if fi, _ := os.Stat(dir); int(fi.Sys().(*syscall.Stat_t).Uid) != 0 {
 		t.Errorf("existing parent %s changed owner", dir)
 	}
 }
 
-// TestUploadThroughPlantedSymlink: a write through a symlink that sandbox
-// code planted lands where the link points, as in E2B, but does not give
-// the target to the user unless it lies in a directory the user owns.
-func TestUploadThroughPlantedSymlink(t *testing.T) {
+// TestFilesAsUser: reads and writes have the requesting user's
+// permissions, also through symlinks that sandbox code planted; root's
+// requests, the positive control, do what nobody's may not.
+func TestFilesAsUser(t *testing.T) {
 	testenv.RequireRoot(t)
+	uid, gid := nobodyIDs(t)
+	root := sharedDir(t) // root's 0755, like /etc
+	home := filepath.Join(root, "home")
+	mustDo(t, os.Mkdir(home, 0o755))
+	mustDo(t, os.Chown(home, uid, gid))
+	secret := filepath.Join(root, "secret")
+	mustDo(t, os.WriteFile(secret, []byte("root only"), 0o600))
+	for _, f := range []string{filepath.Join(root, "profile.sh"), filepath.Join(home, "left-by-root")} {
+		mustDo(t, os.WriteFile(f, []byte("root's"), 0o644))
+	}
+	mustDo(t, os.Symlink(filepath.Join(root, "profile.sh"), filepath.Join(home, "to-root")))
+	mustDo(t, os.Symlink(secret, filepath.Join(home, "to-secret")))
+	h := newHandler(t, "")
+
+	for _, c := range []struct {
+		user, path string
+		status     int
+		body       string
+	}{
+		{"nobody", secret, 403, ""},
+		{"nobody", filepath.Join(home, "to-secret"), 403, ""},
+		{"nobody", filepath.Join(root, "profile.sh"), 200, "root's"}, // world-readable
+		{"root", secret, 200, "root only"},
+		{"root", filepath.Join(home, "to-secret"), 200, "root only"},
+	} {
+		w := serve(h, "GET", query("path", c.path, "username", c.user), nil, nil)
+		if w.Code != c.status || (c.body != "" && w.Body.String() != c.body) {
+			t.Errorf("GET %s as %s: %d %q, want %d %q", c.path, c.user, w.Code, w.Body, c.status, c.body)
+		}
+	}
+
+	for _, c := range []struct {
+		user, path, target string
+		status, owner      int
+	}{
+		{"nobody", filepath.Join(root, "new"), filepath.Join(root, "new"), 403, -1},
+		{"nobody", filepath.Join(root, "sub", "new"), filepath.Join(root, "sub"), 403, -1},
+		{"nobody", filepath.Join(home, "to-root"), filepath.Join(root, "profile.sh"), 403, 0},
+		{"nobody", filepath.Join(home, "left-by-root"), filepath.Join(home, "left-by-root"), 403, 0},
+		{"nobody", filepath.Join(home, "new"), filepath.Join(home, "new"), 200, uid},
+		{"root", filepath.Join(root, "new"), filepath.Join(root, "new"), 200, 0},
+		// An existing file keeps its owner, whoever writes it.
+		{"root", filepath.Join(home, "new"), filepath.Join(home, "new"), 200, uid},
+	} {
+		w := serve(h, "POST", query("path", c.path, "username", c.user), octet(), strings.NewReader("written by "+c.user))
+		if w.Code != c.status {
+			t.Errorf("POST %s as %s: %d %s, want %d", c.path, c.user, w.Code, w.Body, c.status)
+			continue
+		}
+		fi, err := os.Stat(c.target)
+		switch {
+		case c.owner < 0 && err == nil:
+			t.Errorf("POST %s as %s created %s", c.path, c.user, c.target)
+		case c.owner >= 0 && err != nil:
+			t.Errorf("after POST %s as %s: %v", c.path, c.user, err)
+		case c.owner >= 0 && int(fi.Sys().(*syscall.Stat_t).Uid) != c.owner:
+			t.Errorf("after POST %s as %s, %s belongs to %d, want %d", c.path, c.user, c.target, fi.Sys().(*syscall.Stat_t).Uid, c.owner)
+		}
+		if b, _ := os.ReadFile(c.target); c.status == 403 && strings.Contains(string(b), "written by") {
+			t.Errorf("POST %s as %s was refused but wrote %s", c.path, c.user, c.target)
+		}
+	}
+}
+
+// nobodyIDs is the uid and gid of the user nobody.
+func nobodyIDs(t *testing.T) (uid, gid int) {
+	t.Helper()
 	nobody, err := user.Lookup("nobody")
 	if err != nil {
 		t.Fatalf("looking up nobody: %v", err)
 	}
-	uid, _ := strconv.Atoi(nobody.Uid)
-	gid, _ := strconv.Atoi(nobody.Gid)
-	root := t.TempDir() // root's, like /etc
-	home := filepath.Join(root, "home")
-	mustDo(t, os.Mkdir(home, 0o755))
-	mustDo(t, os.Chown(home, uid, gid))
-	for _, f := range []string{filepath.Join(root, "profile.sh"), filepath.Join(root, "direct"), filepath.Join(home, "left-by-root")} {
-		mustDo(t, os.WriteFile(f, []byte("root's"), 0o644))
+	uid, _ = strconv.Atoi(nobody.Uid)
+	gid, _ = strconv.Atoi(nobody.Gid)
+	return uid, gid
+}
+
+// sharedDir is an empty directory of root's, mode 0755, on a path every
+// user may walk (t.TempDir's parent is root's alone).
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "envd-files-")
+	if err != nil {
+		t.Fatal(err)
 	}
-	mustDo(t, os.Symlink(filepath.Join(root, "profile.sh"), filepath.Join(home, "to-root")))
-	mustDo(t, os.Symlink(filepath.Join(home, "left-by-root"), filepath.Join(home, "to-own")))
-	h := newHandler(t, "")
-	for _, c := range []struct {
-		path, target string
-		owner        int
-	}{
-		{filepath.Join(home, "to-root"), filepath.Join(root, "profile.sh"), 0},
-		{filepath.Join(home, "to-own"), filepath.Join(home, "left-by-root"), uid},
-		{filepath.Join(root, "direct"), filepath.Join(root, "direct"), uid}, // no link: given, as E2B does
-	} {
-		w := serve(h, "POST", query("path", c.path, "username", "nobody"), octet(), strings.NewReader("written"))
-		if w.Code != 200 {
-			t.Fatalf("upload to %s: %d %s", c.path, w.Code, w.Body)
-		}
-		checkFile(t, c.target, "written", 0o644, c.owner)
-	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	mustDo(t, os.Chmod(dir, 0o755))
+	return dir
 }
 
 func mustDo(t *testing.T, err error) {

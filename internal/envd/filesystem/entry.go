@@ -87,6 +87,9 @@ func (e *entries) fromFileInfo(path string, fi fs.FileInfo) *pb.EntryInfo {
 		case err == nil:
 			ent.Metadata = md
 		case errors.Is(err, fs.ErrNotExist), errors.Is(err, errors.ErrUnsupported):
+		case errors.Is(err, fs.ErrPermission):
+			// Metadata is the file's content to the kernel: a user who may
+			// not read the file sees none.
 		default:
 			e.log.Warn("reading file metadata", "path", path, "error", err)
 		}

@@ -19,7 +19,7 @@ import (
 // down to the requested depth, and reports each entry under the path as
 // requested.
 func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
-	_, root, err := s.userPath(req.Header(), req.Msg.GetPath())
+	u, root, err := s.userPath(req.Header(), req.Msg.GetPath())
 	if err != nil {
 		return nil, err
 	}
@@ -27,7 +27,15 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRe
 	if depth == 0 {
 		depth = 1
 	}
+	var list []*pb.EntryInfo
+	if err := u.As(func() (err error) { list, err = s.listDir(ctx, root, depth); return err }); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.ListDirResponse{Entries: list}), nil
+}
 
+// listDir lists root down to depth.
+func (s *Service) listDir(ctx context.Context, root string, depth int) ([]*pb.EntryInfo, error) {
 	dir, err := filepath.EvalSymlinks(root)
 	if err != nil {
 		return nil, pathError("resolving directory", root, err)
@@ -78,5 +86,5 @@ func (s *Service) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRe
 		}
 		return nil, pathError("listing directory", root, err)
 	}
-	return connect.NewResponse(&pb.ListDirResponse{Entries: list}), nil
+	return list, nil
 }

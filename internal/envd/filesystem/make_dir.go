@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/agent-sandbox/agent-sandbox/gen/filesystem"
+	"github.com/agent-sandbox/agent-sandbox/internal/envd/identity"
 )
 
 // MakeDir implements filesystemconnect.FilesystemHandler.
@@ -19,6 +20,15 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 	if err != nil {
 		return nil, err
 	}
+	var ent *pb.EntryInfo
+	if err := u.As(func() (err error) { ent, err = s.makeDir(u, path); return err }); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.MakeDirResponse{Entry: ent}), nil
+}
+
+// makeDir creates path and its missing parents for u.
+func (s *Service) makeDir(u *identity.User, path string) (*pb.EntryInfo, error) {
 	fi, err := os.Stat(path)
 	switch {
 	case err == nil && fi.IsDir():
@@ -38,5 +48,5 @@ func (s *Service) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRe
 	if err != nil {
 		return nil, pathError("stat of new directory", path, err)
 	}
-	return connect.NewResponse(&pb.MakeDirResponse{Entry: ent}), nil
+	return ent, nil
 }

@@ -53,6 +53,7 @@ func TestMakeDirOwnership(t *testing.T) {
 	nobody, err := user.Lookup("nobody")
 	testenv.Require(t, err == nil, fmt.Sprintf("test needs a user nobody to own the directories: %v", err))
 	e := newTestEnv(t)
+	e.openTo(t, 0o777)
 
 	req := asUser(connect.NewRequest(&pb.MakeDirRequest{Path: e.path("x/y")}), "nobody")
 	resp, err := e.client.MakeDir(ctxT(t), req)

@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 
 	pb "github.com/agent-sandbox/agent-sandbox/gen/filesystem"
+	"github.com/agent-sandbox/agent-sandbox/internal/envd/identity"
 )
 
 // Move implements filesystemconnect.FilesystemHandler.
@@ -23,6 +24,15 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 	if err != nil {
 		return nil, err
 	}
+	var ent *pb.EntryInfo
+	if err := u.As(func() (err error) { ent, err = s.move(u, src, dst); return err }); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&pb.MoveResponse{Entry: ent}), nil
+}
+
+// move renames src to dst for u, creating dst's missing parents.
+func (s *Service) move(u *identity.User, src, dst string) (*pb.EntryInfo, error) {
 	if _, err := os.Lstat(src); err != nil {
 		return nil, pathError("stat of source", src, err)
 	}
@@ -41,5 +51,5 @@ func (s *Service) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]
 	if err != nil {
 		return nil, pathError("stat of destination", dst, err)
 	}
-	return connect.NewResponse(&pb.MoveResponse{Entry: ent}), nil
+	return ent, nil
 }

@@ -61,6 +61,14 @@ func newTestEnv(t *testing.T) *testEnv {
 	}
 }
 
+// openTo lets other users reach the test directory (t.TempDir's parent is
+// its owner's alone) and gives the directory itself mode.
+func (e *testEnv) openTo(t *testing.T, mode os.FileMode) {
+	t.Helper()
+	mustDo(t, os.Chmod(filepath.Dir(e.dir), 0o755))
+	mustDo(t, os.Chmod(e.dir, mode))
+}
+
 // path returns rel under the test directory.
 func (e *testEnv) path(rel string) string { return filepath.Join(e.dir, rel) }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	pb "github.com/agent-sandbox/agent-sandbox/gen/filesystem"
+	"github.com/agent-sandbox/agent-sandbox/internal/envd/identity"
 )
 
 // watchRequest is what WatchDir and CreateWatcher requests have in common.
@@ -27,10 +28,17 @@ type watchRequest struct {
 
 // watch checks a watch request for the user in h and starts its watcher.
 func (s *Service) watch(h http.Header, req watchRequest) (*watcher, error) {
-	_, path, err := s.userPath(h, req.path)
+	u, path, err := s.userPath(h, req.path)
 	if err != nil {
 		return nil, err
 	}
+	var w *watcher
+	err = u.As(func() (err error) { w, err = s.startWatch(u, path, req); return err })
+	return w, err
+}
+
+// startWatch checks path and starts its watcher for u.
+func (s *Service) startWatch(u *identity.User, path string, req watchRequest) (*watcher, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, pathError("stat of watched directory", path, err)
@@ -48,7 +56,7 @@ func (s *Service) watch(h http.Header, req watchRequest) (*watcher, error) {
 				fmt.Errorf("path '%s' is on a %s filesystem, where watches miss remote changes; set allow_network_mounts to watch it anyway", path, kind))
 		}
 	}
-	w, err := newWatcher(path, req.recursive, req.includeEntry, s.entries, s.log)
+	w, err := newWatcher(path, u, req.recursive, req.includeEntry, s.entries, s.log)
 	if err != nil {
 		return nil, pathError("watching", path, err)
 	}
@@ -58,9 +66,11 @@ func (s *Service) watch(h http.Header, req watchRequest) (*watcher, error) {
 // watcher turns the fsnotify events under one directory into
 // FilesystemEvents on a channel. A recursive watcher also watches every
 // subdirectory, including ones created after it started. It runs one
-// goroutine, from newWatcher until Close.
+// goroutine, from newWatcher until Close. What it adds and stats it does
+// as user, who must be allowed to.
 type watcher struct {
 	root         string
+	user         *identity.User
 	recursive    bool
 	includeEntry bool
 	entries      *entries
@@ -78,8 +88,9 @@ type watcher struct {
 	moved map[string]struct{} // watched subdirectories renamed away; see handle
 }
 
-// newWatcher starts watching root, an existing directory.
-func newWatcher(root string, recursive, includeEntry bool, ents *entries, log *slog.Logger) (*watcher, error) {
+// newWatcher starts watching root, an existing directory, for u. It is
+// called as u.
+func newWatcher(root string, u *identity.User, recursive, includeEntry bool, ents *entries, log *slog.Logger) (*watcher, error) {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, fmt.Errorf("creating inotify watcher: %w", err)
@@ -90,6 +101,7 @@ func newWatcher(root string, recursive, includeEntry bool, ents *entries, log *s
 	}
 	w := &watcher{
 		root:         root,
+		user:         u,
 		recursive:    recursive,
 		includeEntry: includeEntry,
 		entries:      ents,
@@ -139,7 +151,9 @@ func (w *watcher) run() {
 			if !ok {
 				return
 			}
-			for _, fe := range w.handle(ev) {
+			var evs []*pb.FilesystemEvent
+			_ = w.user.As(func() error { evs = w.handle(ev); return nil })
+			for _, fe := range evs {
 				select {
 				case w.events <- fe:
 				case <-w.done:

@@ -142,12 +142,6 @@ func (u *User) Chown(path string) error {
 	return u.chowned(path, os.Chown(path, int(u.UID), int(u.GID)))
 }
 
-// ChownFile is Chown for an open file: it gives that file, whatever path
-// now leads to it.
-func (u *User) ChownFile(f *os.File) error {
-	return u.chowned(f.Name(), f.Chown(int(u.UID), int(u.GID)))
-}
-
 func (u *User) chowned(path string, err error) error {
 	if err == nil || (os.Geteuid() != 0 && uint32(os.Geteuid()) == u.UID) {
 		return nil

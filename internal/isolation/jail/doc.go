@@ -23,14 +23,19 @@
 //  4. waits for init's status message and then for envd's GET /health,
 //     reached through the network namespace.
 //
-// InitMain (PID 1 in the sandbox, still running our binary) reads its
-// configuration as JSON from fd 3, unshares its cgroup namespace on v1,
-// attaches the image to a loop device with LO_FLAGS_AUTOCLEAR and mounts it
-// (only in its own mount namespace), mounts the overlay (lower: the
-// template, never written; upper and work: on the image), pivots into it
-// and detaches the old root, then mounts /proc (with masked paths), a
-// minimal read-only /dev with devpts and /dev/shm, a read-only /sys, and
-// envd read-only at /usr/bin/envd. It sets the hostname, makes itself
+// InitMain (PID 1 in the sandbox, still running our binary) first closes
+// every descriptor it inherited beyond fds 0 to 4 that an exec would pass
+// on (the server's own inheritance), reads its configuration as JSON from
+// fd 3, unshares its cgroup namespace on v1, attaches the image to a loop
+// device with LO_FLAGS_AUTOCLEAR and mounts it (only in its own mount
+// namespace), mounts the overlay (lower: the template, never written;
+// upper and work: on the image; named relative to the sandbox's directory,
+// so that mountinfo names no host path), pivots into it and detaches the
+// old root, then mounts /proc (with masked paths), a minimal read-only
+// /dev with devpts and a /dev/shm of half the memory limit, a read-only
+// /sys, and envd read-only at /usr/bin/envd. envd and the tools are bound
+// from the backend's binaries tmpfs (BinariesDir), which holds one copy of
+// each, named by its content. It sets the hostname, makes itself
 // non-dumpable, drops the capability bounding set to keptCaps, optionally
 // sets no_new_privs, installs the seccomp filter (seccompRules), starts
 // envd, reports on fd 4, and reaps orphans until envd exits; then it exits

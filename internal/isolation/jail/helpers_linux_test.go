@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = unix.Unmount(network.Dir(filepath.Join(scratch, "run")), unix.MNT_DETACH)
+	_ = unix.Unmount(BinariesDir(filepath.Join(scratch, "run")), unix.MNT_DETACH)
 	for _, d := range jailtest.CgroupParentDirs(testCgroupParent) {
 		_ = unix.Rmdir(d)
 	}

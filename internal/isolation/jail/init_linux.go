@@ -75,6 +75,15 @@ func InitMain(args []string) error {
 		report(initStatus{Error: err.Error()})
 		return err
 	}
+	// Before anything is started: nothing of the host's but fds 0 to
+	// initStatusFd may cross into the sandbox. (The envd stage is started
+	// by init with those only, so it has nothing more; and by then init is
+	// pivoting away the /proc this reads.)
+	if err := closeInheritedFds(initStatusFd); err != nil {
+		err = fmt.Errorf("init: %w", err)
+		report(initStatus{Error: err.Error()})
+		return err
+	}
 
 	// Signals that would end a Go program by default are caught (and
 	// dropped): only the host ends a sandbox. Caught, not ignored, so that

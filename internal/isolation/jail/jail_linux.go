@@ -36,6 +36,7 @@ type Backend struct {
 	userns       bool
 	usernsWarned sync.Map // reasons already logged by warnNoUserns
 	disks        diskMaker
+	binaries     *binaryStore // what envd and the tools are mounted from
 }
 
 var _ isolation.Backend = (*Backend)(nil)
@@ -55,7 +56,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w", err)
 	}
-	b := &Backend{cfg: cfg, ids: ids}
+	b := &Backend{cfg: cfg, ids: ids, binaries: &binaryStore{dir: BinariesDir(cfg.RunDir)}}
 	on, reason, err := hostUsernsSupport(cfg.Userns)
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w", err)
@@ -125,6 +126,16 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	for _, p := range paths {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("starting sandbox %s: %q is not an absolute path", spec.ID, p)
+		}
+	}
+	// The sandbox mounts its host binaries from the backend's tmpfs copy.
+	envdPath, err := b.binaries.path(spec.EnvdPath)
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
+	for i := range tools {
+		if tools[i].Host, err = b.binaries.path(tools[i].Host); err != nil {
+			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 		}
 	}
 	hostname := spec.Hostname
@@ -221,11 +232,12 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		Disk:       image,
 		DiskDir:    filepath.Join(dir, diskDir),
 		RootDir:    filepath.Join(dir, rootDir),
-		EnvdPath:   spec.EnvdPath,
+		EnvdPath:   envdPath,
 		Tools:      tools,
 		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(EnvdPort)}, // reached by Dial, from inside
 		EnvdToken:  spec.EnvdAccessToken,
 		Hostname:   hostname,
+		MemoryMB:   res.MemoryMB,
 		NoNewPrivs: b.cfg.NoNewPrivs,
 	}
 	if addrs.Gateway.IsValid() {

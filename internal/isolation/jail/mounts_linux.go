@@ -71,8 +71,23 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 	if err := unix.Chmod(upper, root.Mode&0o7777); err != nil {
 		return fmt.Errorf("setting the root's mode: %w", err)
 	}
+	// The layers are named relative to the directory they share, from
+	// there: the options are in the sandbox's mountinfo, and must not
+	// name host paths.
+	shared := commonDir(lower, upper, work)
+	if err := unix.Chdir(shared); err != nil {
+		return fmt.Errorf("entering %s: %w", shared, err)
+	}
+	layers := make([]string, 3)
+	for i, p := range []string{lower, upper, work} {
+		rel, err := filepath.Rel(shared, p)
+		if err != nil {
+			return err
+		}
+		layers[i] = rel
+	}
 	// nodev: CAP_MKNOD is kept, so device nodes must not work here.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", layers[0], layers[1], layers[2])
 	if cfg.Run != nil {
 		// Run's upper becomes a build layer, read later as a plain
 		// directory of changes: no redirects, no metacopy.
@@ -127,7 +142,7 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 			return err
 		}
 	}
-	if err := buildDev(base); err != nil {
+	if err := buildDev(base, shmBytes(cfg.MemoryMB)); err != nil {
 		return err
 	}
 	if err := mountAt("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
@@ -142,6 +157,18 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 		}
 	}
 	return nil
+}
+
+// commonDir is the deepest directory that holds every one of paths
+// (absolute and clean).
+func commonDir(paths ...string) string {
+	dir := filepath.Dir(paths[0])
+	for _, p := range paths[1:] {
+		for dir != "/" && !strings.HasPrefix(p, dir+"/") {
+			dir = filepath.Dir(dir)
+		}
+	}
+	return dir
 }
 
 // ownedBy is the tmpfs and devpts option giving a new file system's root
@@ -230,11 +257,31 @@ func openLoop(n int, scratch string) (*os.File, error) {
 	return os.OpenFile(node, os.O_RDWR|unix.O_CLOEXEC, 0)
 }
 
-// buildDev mounts /dev. Init makes the nodes (as host root, which a user
-// namespace could not) and gives everything to base, so that root owns
-// /dev in the sandbox.
-func buildDev(base int) error {
-	if err := mountAt("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=64k,"+ownedBy(base), base); err != nil {
+// Sizes of the tmpfs mounts in a sandbox. Without a size= option a tmpfs
+// may grow to half the host's memory; what is written there is charged to
+// the sandbox's memory cgroup, so filling it would end in the OOM killer
+// instead of ENOSPC.
+const (
+	devSize    = "64k" // /dev: nodes and symlinks only
+	maskedSize = "4k"  // the empty read-only directories over masked paths
+)
+
+// shmBytes is the size of /dev/shm in a sandbox with memoryMB of memory:
+// half of it (as the kernel's default is half the host's), so that filling
+// it fails with ENOSPC and leaves the sandbox's processes room to run.
+// Chromium, the largest user, wants a large /dev/shm.
+func shmBytes(memoryMB int) int64 {
+	if memoryMB <= 0 {
+		memoryMB = DefaultMemoryMB
+	}
+	return int64(memoryMB) << 20 / 2
+}
+
+// buildDev mounts /dev, with a /dev/shm of shmSize bytes. Init makes the
+// nodes (as host root, which a user namespace could not) and gives
+// everything to base, so that root owns /dev in the sandbox.
+func buildDev(base int, shmSize int64) error {
+	if err := mountAt("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size="+devSize+","+ownedBy(base), base); err != nil {
 		return err
 	}
 	for _, d := range devices {
@@ -262,7 +309,7 @@ func buildDev(base int) error {
 	if err := mountAt("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsOpts, base); err != nil {
 		return err
 	}
-	if err := mountAt("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777,"+ownedBy(base), base); err != nil {
+	if err := mountAt("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=1777,size=%d,%s", shmSize, ownedBy(base)), base); err != nil {
 		return err
 	}
 	// Read-only: root in the sandbox has CAP_MKNOD but must not add nodes.
@@ -282,7 +329,7 @@ func maskPaths(base int) error {
 			return err
 		}
 		if fi.IsDir() {
-			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=0,"+ownedBy(base))
+			err = unix.Mount("tmpfs", p, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size="+maskedSize+","+ownedBy(base))
 		} else {
 			err = unix.Mount("/dev/null", p, "", unix.MS_BIND, "")
 		}

@@ -99,10 +99,31 @@ var denyRules = []rule{
 	deny("quotactl_fd", unix.SYS_QUOTACTL_FD, "host filesystem quotas"),
 	deny("nfsservctl", unix.SYS_NFSSERVCTL, "kernel NFS server (removed, denied anyway)"),
 	deny("vhangup", unix.SYS_VHANGUP, "hangs up the controlling terminal"),
+	{name: "socket", nr: unix.SYS_SOCKET, errno: unix.EAFNOSUPPORT, arg: 0, allowArgs: socketFamilies,
+		reason: "address families other than socketFamilies: AF_VSOCK is not namespaced (a port bound in one sandbox is taken in every other and on the host, and on a host that is a VM it reaches the hypervisor); the rest are kernel code a sandbox has no use for"},
+	{name: "socketpair", nr: unix.SYS_SOCKETPAIR, errno: unix.EAFNOSUPPORT, arg: 0, allowArgs: socketFamilies,
+		reason: "as socket: the same families"},
 	{name: "personality", nr: unix.SYS_PERSONALITY, errno: unix.EPERM, arg: 0,
 		allowArgs: []uint32{0, 0x8, 0x20000, 0x20008, 0xffffffff},
 		reason:    "only PER_LINUX, PER_LINUX32, UNAME26 variants and the query; others (READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE) weaken exploit mitigations"},
 }
+
+// socketFamilies are the address families a sandbox may open sockets of:
+// what real programs use (UNIX sockets, IPv4, IPv6, and netlink for
+// interfaces, routes and getaddrinfo). Every other family fails with
+// EAFNOSUPPORT, the kernel's answer for a family it was built without, so a
+// program probing for one falls back as it would there; it also tells the
+// filter's refusal apart from the EPERM of a missing capability.
+//
+// AF_PACKET is refused too: in a user namespace root holds no CAP_NET_RAW
+// over the sandbox's network, so packet sockets never open there anyway;
+// without one, they would give root raw frames on eth0 (ARP and NDP
+// spoofing, which the host answers with strict filtering) and the packet
+// socket code, a recurring source of root-reachable kernel bugs. Refusing it
+// in both modes keeps a template's behaviour the same on every host. Raw
+// IPv4 sockets (ping without ping_group_range) stay what the capability
+// set makes them.
+var socketFamilies = []uint32{unix.AF_UNIX, unix.AF_INET, unix.AF_INET6, unix.AF_NETLINK}
 
 // Offsets into struct seccomp_data.
 const (

@@ -56,6 +56,16 @@ func TestSeccompFilter(t *testing.T) {
 		{"personality linux", data(auditArch, unix.SYS_PERSONALITY, 0), allow},
 		{"personality query", data(auditArch, unix.SYS_PERSONALITY, 0xffffffff), allow},
 		{"personality read_implies_exec", data(auditArch, unix.SYS_PERSONALITY, 0x0400000), errno(unix.EPERM)},
+		{"socket inet", data(auditArch, unix.SYS_SOCKET, unix.AF_INET, unix.SOCK_STREAM), allow},
+		{"socket inet6", data(auditArch, unix.SYS_SOCKET, unix.AF_INET6, unix.SOCK_DGRAM), allow},
+		{"socket unix", data(auditArch, unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM), allow},
+		{"socket netlink", data(auditArch, unix.SYS_SOCKET, unix.AF_NETLINK, unix.SOCK_RAW), allow},
+		{"socket vsock", data(auditArch, unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM), errno(unix.EAFNOSUPPORT)},
+		{"socket packet", data(auditArch, unix.SYS_SOCKET, unix.AF_PACKET, unix.SOCK_RAW), errno(unix.EAFNOSUPPORT)},
+		{"socket alg", data(auditArch, unix.SYS_SOCKET, unix.AF_ALG, unix.SOCK_SEQPACKET), errno(unix.EAFNOSUPPORT)},
+		{"socket vsock, high bits set", data(auditArch, unix.SYS_SOCKET, 1<<32|unix.AF_VSOCK), errno(unix.EAFNOSUPPORT)},
+		{"socketpair unix", data(auditArch, unix.SYS_SOCKETPAIR, unix.AF_UNIX, unix.SOCK_STREAM), allow},
+		{"socketpair tipc", data(auditArch, unix.SYS_SOCKETPAIR, unix.AF_TIPC, unix.SOCK_SEQPACKET), errno(unix.EAFNOSUPPORT)},
 		{"foreign arch", data(unix.AUDIT_ARCH_I386, unix.SYS_READ), kill},
 	}
 	if auditArch == unix.AUDIT_ARCH_X86_64 {

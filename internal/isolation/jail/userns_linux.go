@@ -190,15 +190,18 @@ func (st *envdStage) run(cfg *initConfig) error {
 		}
 		err = json.NewEncoder(st.cfgW).Encode(&msg)
 	}
-	var b []byte
+	// Its report, if it failed before reading (the write then broke): why.
+	st.cfgW.Close()
+	b, rerr := io.ReadAll(io.LimitReader(st.errR, 64<<10))
 	if err == nil {
-		st.cfgW.Close()
-		b, err = io.ReadAll(io.LimitReader(st.errR, 64<<10))
+		err = rerr
 	}
-	if err == nil && len(b) > 0 {
+	if len(b) > 0 {
 		var s initStatus
-		if err = json.Unmarshal(b, &s); err == nil {
-			err = errors.New(s.Error)
+		if jerr := json.Unmarshal(b, &s); jerr != nil {
+			err = errors.Join(err, fmt.Errorf("reading the stage's report %q: %w", b, jerr))
+		} else {
+			err = errors.Join(err, errors.New(s.Error))
 		}
 	}
 	if err != nil {

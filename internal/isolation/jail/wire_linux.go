@@ -49,6 +49,10 @@ type initConfig struct {
 	// NoNewPrivs only.
 	EnvdStage *stageConfig `json:"envd_stage,omitempty"`
 
+	// MemoryMB is the sandbox's memory limit, which its tmpfs mounts are
+	// sized within; 0 (a one-shot run): DefaultMemoryMB.
+	MemoryMB int `json:"memory_mb,omitempty"`
+
 	// A one-shot run (see Run) sets Upper, Work and Run instead of Disk
 	// and EnvdPath: the overlay's upper is a host directory and init runs
 	// Run's command in place of envd.

@@ -4,7 +4,7 @@
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { FileNotFoundError, FileType, InvalidArgumentError, NotFoundError } from 'e2b'
+import { FileNotFoundError, FileType, InvalidArgumentError, NotFoundError, SandboxError } from 'e2b'
 
 import { debugSandbox, HOME, scratchDir, sha256, USER } from './helpers.mjs'
 
@@ -117,6 +117,48 @@ describe('write and read', () => {
 
   test('reading a directory throws InvalidArgumentError', async () => {
     await assert.rejects(sbx.files.read(dir), InvalidArgumentError)
+  })
+})
+
+describe("the requesting user's permissions", () => {
+  // envd runs as root; reads and writes must be the user's all the same.
+  const refused = (status) => (err) => {
+    assert.ok(err instanceof SandboxError, `got ${err?.constructor?.name}: ${err}`)
+    assert.match(err.message, status)
+    assert.match(err.message, /permission denied/)
+    return true
+  }
+
+  test("reading root's 0600 file as user fails; as root it works", async () => {
+    const path = `${dir}/root-secret.txt`
+    await sbx.files.write(path, 'root only', { user: 'root' })
+    await sbx.commands.run(`chmod 600 ${path}`, { user: 'root' })
+    assert.equal(await sbx.files.read(path, { user: 'root' }), 'root only')
+    await assert.rejects(sbx.files.read(path, { user: USER }), refused(/^403: /))
+  })
+
+  test("writing into root's 0755 directory as user fails; as root it works", async () => {
+    const rootDir = `${dir}/root-dir`
+    await sbx.files.makeDir(rootDir, { user: 'root' })
+    assert.equal((await sbx.files.getInfo(rootDir)).owner, 'root')
+    await sbx.files.write(`${rootDir}/by-root.txt`, 'r', { user: 'root' })
+    await assert.rejects(sbx.files.write(`${rootDir}/by-user.txt`, 'u', { user: USER }), refused(/^403: /))
+    assert.equal(await sbx.files.exists(`${rootDir}/by-user.txt`), false)
+    await sbx.files.remove(rootDir, { user: 'root' }) // the user could not
+  })
+
+  test("listing root's 0700 directory as user fails; as root it works", async () => {
+    const rootDir = `${dir}/root-private`
+    await sbx.files.makeDir(rootDir, { user: 'root' })
+    await sbx.files.write(`${rootDir}/inside.txt`, 'r', { user: 'root' })
+    await sbx.commands.run(`chmod 700 ${rootDir}`, { user: 'root' })
+    assert.deepEqual((await sbx.files.list(rootDir, { user: 'root' })).map((e) => e.name), ['inside.txt'])
+    await assert.rejects(sbx.files.list(rootDir, { user: USER }), (err) => {
+      assert.ok(err instanceof SandboxError, `got ${err?.constructor?.name}: ${err}`)
+      assert.match(err.message, /permission_denied/)
+      return true
+    })
+    await sbx.files.remove(rootDir, { user: 'root' })
   })
 })
 
