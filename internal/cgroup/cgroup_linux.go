@@ -376,6 +376,24 @@ func removeTree(ctx context.Context, dir string) error {
 	return err
 }
 
+// LimitIO caps the group's I/O on the block device l names. It is set
+// after Create because a sandbox's disk is attached once its init runs.
+// On v1 the kernel charges writeback of buffered writes to no group, so
+// only direct and synchronous writes are held to the write caps; on v2 the
+// page cache's writeback is charged to the group that dirtied it.
+func (c *Cgroup) LimitIO(l IOLimit) error {
+	var err error
+	if c.v2 != nil {
+		err = c.limitIOV2(l)
+	} else {
+		err = c.limitIOV1(l)
+	}
+	if err != nil {
+		return fmt.Errorf("setting the I/O limits of cgroup %s on device %d:%d: %w", c.name, l.Major, l.Minor, err)
+	}
+	return nil
+}
+
 // Stats returns the group's resource use.
 func (c *Cgroup) Stats() (Stats, error) {
 	var s Stats

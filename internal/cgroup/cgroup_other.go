@@ -58,5 +58,8 @@ func (c *Cgroup) Kill(context.Context) error { return errors.ErrUnsupported }
 // Delete returns errors.ErrUnsupported.
 func (c *Cgroup) Delete(context.Context) error { return errors.ErrUnsupported }
 
+// LimitIO returns errors.ErrUnsupported.
+func (c *Cgroup) LimitIO(IOLimit) error { return errors.ErrUnsupported }
+
 // Stats returns errors.ErrUnsupported.
 func (c *Cgroup) Stats() (Stats, error) { return Stats{}, errors.ErrUnsupported }
