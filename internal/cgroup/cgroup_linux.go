@@ -137,6 +137,18 @@ func (c *Cgroup) Dirs() []string {
 	return slices.Compact(dirs)
 }
 
+// Controllers returns the v1 controllers whose hierarchies the group lives
+// in ("memory", "cpu", ...), sorted; nil on V2, where there is one
+// hierarchy. The jail mounts those hierarchies, read-only, in the sandbox.
+func (c *Cgroup) Controllers() []string {
+	var names []string
+	for n := range c.v1dirs {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	return names
+}
+
 // OpenDir opens the group's directory for clone3's CLONE_INTO_CGROUP, e.g. as
 // syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}; the caller
 // closes it once the child has started. It needs cgroup v2; on V1 and Hybrid

@@ -34,6 +34,9 @@ func (c *Cgroup) Mode() Mode { return 0 }
 // Dirs returns nil.
 func (c *Cgroup) Dirs() []string { return nil }
 
+// Controllers returns nil.
+func (c *Cgroup) Controllers() []string { return nil }
+
 // OpenDir returns errors.ErrUnsupported.
 func (c *Cgroup) OpenDir() (*os.File, error) { return nil, errors.ErrUnsupported }
 
