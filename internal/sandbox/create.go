@@ -55,6 +55,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	res, err := m.resources(tmpl)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
 
 	now := m.cfg.Now()
 	rec := store.Sandbox{
@@ -63,9 +67,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		State:               store.StateStarting,
 		StartedAt:           now,
 		EndAt:               now.Add(req.Timeout),
-		CPUCount:            m.cfg.DefaultCPU,
-		MemoryMB:            m.cfg.DefaultMemory,
-		DiskSizeMB:          m.cfg.DefaultDisk,
+		CPUCount:            res.CPUCount,
+		MemoryMB:            res.MemoryMB,
+		DiskSizeMB:          res.DiskSizeMB,
 		Metadata:            req.Metadata,
 		EnvVars:             req.EnvVars,
 		AllowInternetAccess: req.AllowInternetAccess,
@@ -92,7 +96,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	log := m.log.With("sandbox_id", rec.ID)
 	log.Info("creating sandbox", "template", tmpl.ID)
-	inst, err := m.boot(ctx, rec, tmpl, log)
+	inst, err := m.boot(ctx, rec, tmpl, res, log)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -135,21 +139,17 @@ func (m *Manager) abort(ctx context.Context, id string, inst isolation.Instance,
 	return err
 }
 
-// boot starts the recorded sandbox rec of tmpl on the backend and attaches
-// its network; envd runs in it, not yet initialised. On error everything
-// is undone and recorded.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, log *slog.Logger) (isolation.Instance, error) {
+// boot starts the recorded sandbox rec of tmpl with res on the backend
+// and attaches its network; envd runs in it, not yet initialised. On error
+// everything is undone and recorded.
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, res isolation.Resources, log *slog.Logger) (isolation.Instance, error) {
 	inst, err := m.cfg.Backend.Start(ctx, isolation.Spec{
-		ID:       rec.ID,
-		RootFS:   tmpl.RootFS,
-		EnvdPath: m.cfg.EnvdPath,
-		Hostname: rec.ID,
-		Tools:    m.cfg.Tools,
-		Resources: isolation.Resources{
-			CPUCount:   rec.CPUCount,
-			MemoryMB:   rec.MemoryMB,
-			DiskSizeMB: rec.DiskSizeMB,
-		},
+		ID:        rec.ID,
+		RootFS:    tmpl.RootFS,
+		EnvdPath:  m.cfg.EnvdPath,
+		Hostname:  rec.ID,
+		Tools:     m.cfg.Tools,
+		Resources: res,
 	})
 	if err != nil {
 		return nil, m.abort(ctx, rec.ID, nil, log, "starting", err)

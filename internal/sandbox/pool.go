@@ -361,21 +361,25 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("looking up template %q: %w", name, err)
 	}
+	res, err := m.resources(tmpl)
+	if err != nil {
+		return nil, err
+	}
 	rec, err := m.record(ctx, store.Sandbox{
 		TemplateID: tmpl.ID,
 		Alias:      tmpl.Name,
 		State:      store.StateStarting,
 		StartedAt:  m.cfg.Now(),
-		CPUCount:   m.cfg.DefaultCPU,
-		MemoryMB:   m.cfg.DefaultMemory,
-		DiskSizeMB: m.cfg.DefaultDisk,
+		CPUCount:   res.CPUCount,
+		MemoryMB:   res.MemoryMB,
+		DiskSizeMB: res.DiskSizeMB,
 		Backend:    m.cfg.Backend.Name(),
 	})
 	if err != nil {
 		return nil, err
 	}
 	log := m.log.With("sandbox_id", rec.ID)
-	inst, err := m.boot(ctx, rec, tmpl, log)
+	inst, err := m.boot(ctx, rec, tmpl, res, log)
 	if err != nil {
 		return nil, err
 	}
