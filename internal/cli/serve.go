@@ -8,9 +8,19 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/server"
 )
+
+// diskIOFlag defines a disk I/O quota flag (sandbox.ParseDiskIO) whose
+// default is *d.
+func diskIOFlag(fs *flag.FlagSet, d *isolation.DiskIO, name, usage string) {
+	fs.Func(name, usage+" (default "+sandbox.FormatDiskIO(*d)+")", func(s string) (err error) {
+		*d, err = sandbox.ParseDiskIO(s)
+		return err
+	})
+}
 
 var serveCommand = &command{
 	name:    "serve",
@@ -46,6 +56,12 @@ Environment:
 			return err
 		})
 		fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes running at once, warm pool members included; 0 = no cap")
+		fs.IntVar(&cfg.CPUCount, "cpu-count", cfg.CPUCount, "`CPUS` of each sandbox whose template sets no cpuCount (what nproc shows in it)")
+		fs.IntVar(&cfg.MaxCPUCount, "max-cpu-count", cfg.MaxCPUCount, "most `CPUS` a template may give its sandboxes, by default this host's count; a template asking for more is refused; 0 = no maximum")
+		fs.IntVar(&cfg.MemoryMB, "memory-mb", cfg.MemoryMB, "memory in `MIB` of each sandbox whose template sets no memoryMB")
+		fs.IntVar(&cfg.MaxMemoryMB, "max-memory-mb", cfg.MaxMemoryMB, "most memory in `MIB` a template may give its sandboxes; a template asking for more is refused; 0 = no maximum")
+		diskIOFlag(fs, &cfg.DiskIO, "disk-io", "each sandbox's disk I/O cap where its template sets none, `CAPS` like read=200,write=100,read-iops=4000,write-iops=2000 (MiB/s and I/O per second; a key left out is uncapped; none)")
+		diskIOFlag(fs, &cfg.MaxDiskIO, "max-disk-io", "most disk I/O a template may give its sandboxes, `CAPS` as for --disk-io; none = no maximum")
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var templates list
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")

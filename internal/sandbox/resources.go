@@ -3,6 +3,9 @@ package sandbox
 import (
 	"cmp"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
@@ -69,4 +72,48 @@ func (m *Manager) resources(tmpl *template.Template) (isolation.Resources, error
 		},
 	}
 	return res, nil
+}
+
+// diskIOKeys are the keys of ParseDiskIO, in FormatDiskIO's order.
+var diskIOKeys = []string{"read", "write", "read-iops", "write-iops"}
+
+// ParseDiskIO parses a disk I/O quota as serve's --disk-io takes it:
+// comma-separated read=MIB, write=MIB (MiB/s), read-iops=N, write-iops=N;
+// a key left out is no cap, and "none" caps nothing.
+func ParseDiskIO(s string) (isolation.DiskIO, error) {
+	var d isolation.DiskIO
+	if s = strings.TrimSpace(s); s == "" || s == "none" {
+		return d, nil
+	}
+	fields := []*uint64{&d.ReadBytesPerSec, &d.WriteBytesPerSec, &d.ReadIOPS, &d.WriteIOPS}
+	for item := range strings.SplitSeq(s, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(item), "=")
+		i := slices.Index(diskIOKeys, k)
+		if i < 0 {
+			return isolation.DiskIO{}, fmt.Errorf("disk I/O %q: want %s=N, comma-separated", item, strings.Join(diskIOKeys, "|"))
+		}
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return isolation.DiskIO{}, fmt.Errorf("disk I/O %q: %q is not a count", item, v)
+		}
+		if i < 2 {
+			n <<= 20 // MiB/s
+		}
+		*fields[i] = n
+	}
+	return d, nil
+}
+
+// FormatDiskIO is the inverse of ParseDiskIO.
+func FormatDiskIO(d isolation.DiskIO) string {
+	var items []string
+	for i, v := range []uint64{d.ReadBytesPerSec >> 20, d.WriteBytesPerSec >> 20, d.ReadIOPS, d.WriteIOPS} {
+		if v > 0 {
+			items = append(items, fmt.Sprintf("%s=%d", diskIOKeys[i], v))
+		}
+	}
+	if len(items) == 0 {
+		return "none"
+	}
+	return strings.Join(items, ",")
 }

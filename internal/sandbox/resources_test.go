@@ -92,3 +92,31 @@ func TestMaximaCheck(t *testing.T) {
 		t.Errorf("read IOPS above the maximum: %v", err)
 	}
 }
+
+func TestParseDiskIO(t *testing.T) {
+	const mib = 1 << 20
+	for _, tt := range []struct {
+		in      string
+		want    isolation.DiskIO
+		wantErr bool
+	}{
+		{in: "none"},
+		{in: ""},
+		{in: "read=200,write=100,read-iops=4000,write-iops=2000", want: isolation.DiskIO{
+			ReadBytesPerSec: 200 * mib, WriteBytesPerSec: 100 * mib, ReadIOPS: 4000, WriteIOPS: 2000}},
+		{in: "write=50", want: isolation.DiskIO{WriteBytesPerSec: 50 * mib}},
+		{in: "speed=1", wantErr: true},
+		{in: "read=-1", wantErr: true},
+		{in: "read", wantErr: true},
+	} {
+		got, err := ParseDiskIO(tt.in)
+		if (err != nil) != tt.wantErr || got != tt.want {
+			t.Errorf("ParseDiskIO(%q) = %+v, %v; want %+v, error %v", tt.in, got, err, tt.want, tt.wantErr)
+		}
+		if err == nil {
+			if back, _ := ParseDiskIO(FormatDiskIO(got)); back != got {
+				t.Errorf("FormatDiskIO(%+v) = %q does not parse back", got, FormatDiskIO(got))
+			}
+		}
+	}
+}

@@ -7,9 +7,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -51,7 +53,30 @@ type Config struct {
 	// MaxSandboxes caps the sandboxes running at once, pool members
 	// included; 0 = no cap.
 	MaxSandboxes int
+
+	// CPUCount, MemoryMB and DiskIO are each sandbox's resources where its
+	// template does not set them; the Max fields bound what a template may
+	// set (a template above one is refused, at build and at create).
+	CPUCount, MaxCPUCount int
+	MemoryMB, MaxMemoryMB int
+	DiskIO, MaxDiskIO     isolation.DiskIO
 }
+
+// Resource defaults and maxima of DefaultConfig; the CPU ones depend on
+// the host (a sandbox cannot have more CPUs than nproc shows the server).
+const (
+	DefaultCPUCount    = 2
+	DefaultMemoryMB    = 512
+	DefaultMaxMemoryMB = 8192
+)
+
+// Default disk I/O quotas per sandbox, each way: the default leaves a
+// neighbour's small fsync writes within 3× of their latency alone (see
+// docs/PERFORMANCE.md); the maximum is 5× it.
+var (
+	DefaultDiskIO    = isolation.DiskIO{ReadBytesPerSec: 200 << 20, WriteBytesPerSec: 100 << 20, ReadIOPS: 4000, WriteIOPS: 2000}
+	DefaultMaxDiskIO = isolation.DiskIO{ReadBytesPerSec: 1000 << 20, WriteBytesPerSec: 500 << 20, ReadIOPS: 20000, WriteIOPS: 10000}
+)
 
 // DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
 const DefaultBandwidthMbit = 100
@@ -61,6 +86,9 @@ func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
 		WarmPools: map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		CPUCount:  min(DefaultCPUCount, runtime.NumCPU()), MaxCPUCount: runtime.NumCPU(),
+		MemoryMB: DefaultMemoryMB, MaxMemoryMB: DefaultMaxMemoryMB,
+		DiskIO: DefaultDiskIO, MaxDiskIO: DefaultMaxDiskIO,
 	}
 }
 
@@ -90,6 +118,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("--max-sandboxes %d: want 0 (no cap) or more", c.MaxSandboxes)
+	}
+	if err := c.validateResources(); err != nil {
+		return err
 	}
 	if c.DNSUpstream != "" {
 		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {
@@ -122,6 +153,40 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validateResources checks that every default is positive and within its
+// maximum (a zero maximum is none).
+func (c *Config) validateResources() error {
+	for _, r := range []struct {
+		flag     string
+		def, max int
+	}{{"cpu-count", c.CPUCount, c.MaxCPUCount}, {"memory-mb", c.MemoryMB, c.MaxMemoryMB}} {
+		switch {
+		case r.def < 1:
+			return fmt.Errorf("--%s %d: want 1 or more", r.flag, r.def)
+		case r.max < 0:
+			return fmt.Errorf("--max-%s %d: want 0 (no maximum) or more", r.flag, r.max)
+		case r.max > 0 && r.def > r.max:
+			return fmt.Errorf("--%s %d is more than --max-%s %d", r.flag, r.def, r.flag, r.max)
+		}
+	}
+	d, m := c.DiskIO, c.MaxDiskIO
+	for _, pair := range [][2]uint64{
+		{d.ReadBytesPerSec, m.ReadBytesPerSec}, {d.WriteBytesPerSec, m.WriteBytesPerSec},
+		{d.ReadIOPS, m.ReadIOPS}, {d.WriteIOPS, m.WriteIOPS},
+	} {
+		if pair[1] != 0 && (pair[0] == 0 || pair[0] > pair[1]) {
+			return fmt.Errorf("--disk-io %s is not within --max-disk-io %s: a key with a maximum needs a default of at most it",
+				sandbox.FormatDiskIO(d), sandbox.FormatDiskIO(m))
+		}
+	}
+	return nil
+}
+
+// maxima is what the manager and the template API bound templates with.
+func (c *Config) maxima() sandbox.Maxima {
+	return sandbox.Maxima{CPUCount: c.MaxCPUCount, MemoryMB: c.MaxMemoryMB, DiskIO: c.MaxDiskIO}
 }
 
 // deriveDomain makes the domain clients use from the listen address: a

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -32,6 +34,13 @@ func TestConfigValidate(t *testing.T) {
 		{name: "missing code interpreter", cfg: Config{Listen: "127.0.0.1:3000", CodeInterpPath: "/nonexistent/codeinterp"}, wantErr: true},
 		{name: "built-in templates", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"code-interpreter-v1"}}, wantDomain: "localhost:3000"},
 		{name: "unknown template", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"nope"}}, wantErr: true},
+		{name: "cpu default above its maximum", cfg: Config{Listen: "127.0.0.1:3000", CPUCount: 4, MaxCPUCount: 2}, wantErr: true},
+		{name: "memory default above its maximum", cfg: Config{Listen: "127.0.0.1:3000", MemoryMB: 4096, MaxMemoryMB: 1024}, wantErr: true},
+		{name: "no maxima", cfg: Config{Listen: "127.0.0.1:3000", CPUCount: 64, MaxCPUCount: 0, MemoryMB: 1 << 20}, wantDomain: "localhost:3000"},
+		{name: "uncapped disk I/O under a maximum", cfg: Config{Listen: "127.0.0.1:3000", DiskIO: isolation.DiskIO{ReadIOPS: 1},
+			MaxDiskIO: isolation.DiskIO{WriteIOPS: 100}}, wantErr: true},
+		{name: "disk I/O default above its maximum", cfg: Config{Listen: "127.0.0.1:3000", DiskIO: isolation.DiskIO{WriteIOPS: 200},
+			MaxDiskIO: isolation.DiskIO{WriteIOPS: 100}}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -42,6 +51,13 @@ func TestConfigValidate(t *testing.T) {
 			if cfg.EnvdPath == "" {
 				cfg.EnvdPath = envd
 			}
+			def := DefaultConfig()
+			if cfg.CPUCount == 0 {
+				cfg.CPUCount, cfg.MaxCPUCount = def.CPUCount, def.MaxCPUCount
+			}
+			if cfg.MemoryMB == 0 {
+				cfg.MemoryMB, cfg.MaxMemoryMB = def.MemoryMB, def.MaxMemoryMB
+			}
 			err := cfg.Validate()
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("Validate() = %v, want error %v", err, tt.wantErr)
@@ -50,5 +66,15 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Domain = %q, want %q", cfg.Domain, tt.wantDomain)
 			}
 		})
+	}
+}
+
+func TestDefaultResourcesValid(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.validateResources(); err != nil {
+		t.Fatalf("the default resources: %v", err)
+	}
+	if c.CPUCount < 1 || c.CPUCount > c.MaxCPUCount {
+		t.Errorf("default %d CPUs, at most %d", c.CPUCount, c.MaxCPUCount)
 	}
 }

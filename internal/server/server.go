@@ -108,16 +108,22 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 			Down: uint64(cfg.BandwidthMbit * 1e6),
 			Up:   uint64(cfg.BandwidthMbit * 1e6),
 		},
-		WarmPools:    cfg.WarmPools,
-		MaxSandboxes: cfg.MaxSandboxes,
+		WarmPools:     cfg.WarmPools,
+		MaxSandboxes:  cfg.MaxSandboxes,
+		DefaultCPU:    cfg.CPUCount,
+		DefaultMemory: cfg.MemoryMB,
+		DefaultDiskIO: cfg.DiskIO,
+		Max:           cfg.maxima(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
 	}
 	if s.builds, err = api.NewTemplateBuilds(ctx, api.TemplateConfig{
-		Builder: apiBuilder{s.templates},
-		Records: st,
-		Log:     log.With("component", "template-api"),
+		Builder:       apiBuilder{s.templates},
+		Records:       st,
+		Log:           log.With("component", "template-api"),
+		Max:           cfg.maxima(),
+		SandboxDiskMB: sandbox.DefaultDiskMB,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}

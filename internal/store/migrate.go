@@ -82,6 +82,13 @@ CREATE TABLE template_tags (
 	PRIMARY KEY (template, tag)
 ) STRICT;
 `,
+	// 3: the resources a template build gives its sandboxes (E2B's
+	// cpuCount and memoryMB of POST /v3/templates); 0 is the server's
+	// default.
+	`
+ALTER TABLE template_builds ADD COLUMN cpu_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE template_builds ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,
