@@ -165,10 +165,11 @@ func mountCgroups(cfg *initConfig, base int) error {
 	if len(cfg.Cgroups) == 0 {
 		return nil
 	}
-	hierarchies, err := v1Hierarchies(cfg.Cgroups)
+	data, err := os.ReadFile("/proc/cgroups")
 	if err != nil {
-		return err
+		return fmt.Errorf("listing cgroup hierarchies: %w", err)
 	}
+	hierarchies := v1Hierarchies(data, cfg.Cgroups)
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=64k,"+ownedBy(base)); err != nil {
 		return fmt.Errorf("mounting tmpfs at %s: %w", dir, err)
 	}
@@ -193,13 +194,9 @@ func mountCgroups(cfg *initConfig, base int) error {
 }
 
 // v1Hierarchies groups the controllers of the v1 hierarchies that hold any
-// of ctls, from /proc/cgroups (a hierarchy mounts only with all of its
-// controllers named), in the order of their first controller.
-func v1Hierarchies(ctls []string) ([][]string, error) {
-	data, err := os.ReadFile("/proc/cgroups")
-	if err != nil {
-		return nil, fmt.Errorf("listing cgroup hierarchies: %w", err)
-	}
+// of ctls, from /proc/cgroups (data; a hierarchy mounts only with all of
+// its controllers named), in the order of their first controller.
+func v1Hierarchies(data []byte, ctls []string) [][]string {
 	byID := map[string][]string{}
 	var ids []string
 	wanted := map[string]bool{}
@@ -222,7 +219,7 @@ func v1Hierarchies(ctls []string) ([][]string, error) {
 			out = append(out, byID[id])
 		}
 	}
-	return out, nil
+	return out
 }
 
 // ownedBy is the tmpfs and devpts option giving a new file system's root
