@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/client"
@@ -24,6 +26,8 @@ type Options struct {
 	Template          string // default base
 	Pool              string // --warm-pool of the pooled server; default TEMPLATE=2
 	Quick             bool   // smoke mode: a few samples of every figure
+	// Only names the groups of figures to measure (Groups); empty: all.
+	Only []string
 
 	Samples       int           // serial samples per latency figure (default 50, quick 3)
 	Gap           time.Duration // pause between pooled serial creates so the pool refills
@@ -34,7 +38,18 @@ type Options struct {
 	progressStart time.Time
 }
 
+// Groups are the groups of figures a run measures, for Options.Only.
+var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk"}
+
+// runs reports whether the run measures group.
+func (o *Options) runs(group string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, group) }
+
 func (o *Options) setDefaults() error {
+	for _, g := range o.Only {
+		if !slices.Contains(Groups, g) {
+			return fmt.Errorf("figure group %q: want one of %s", g, strings.Join(Groups, ", "))
+		}
+	}
 	if o.Binary == "" && o.ServerURL == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -105,6 +120,12 @@ const (
 	figFloorMem    = "floor: idle namespaced process"
 )
 
+// group is one group of figures (Groups) and what measures it.
+type group struct {
+	name    string
+	measure func() ([]*Figure, error)
+}
+
 // Run measures everything and returns the report. It fails only when it
 // cannot measure; a missed target is a figure like any other.
 func Run(ctx context.Context, opts Options) (*Report, error) {
@@ -112,54 +133,75 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, err
 	}
 	r := &Report{StartedAt: opts.now(), Host: hostInfo(), Template: opts.Template, Quick: opts.Quick}
-	base, err := baselines(ctx, &opts)
-	if err != nil {
-		return nil, fmt.Errorf("measuring baselines: %w", err)
+	if opts.runs("baselines") {
+		base, err := baselines(ctx, &opts)
+		if err != nil {
+			return nil, fmt.Errorf("measuring baselines: %w", err)
+		}
+		r.Figures = append(r.Figures, base...)
 	}
-	r.Figures = append(r.Figures, base...)
-
+	// measure runs the measurements of the groups asked for, in order.
+	measure := func(ms ...group) ([]*Figure, error) {
+		var figs []*Figure
+		for _, m := range ms {
+			if !opts.runs(m.name) {
+				continue
+			}
+			more, err := m.measure()
+			if err != nil {
+				return nil, err
+			}
+			figs = append(figs, more...)
+		}
+		return figs, nil
+	}
+	neighbours := func(c *client.Client) []group {
+		return []group{
+			{"neighbours", func() ([]*Figure, error) { return measureNeighbours(ctx, &opts, c) }},
+			{"disk", func() ([]*Figure, error) { return measureDiskNeighbour(ctx, &opts, c) }},
+		}
+	}
 	if opts.ServerURL != "" {
 		r.Server = opts.ServerURL
 		c, err := newClient(opts.ServerURL, opts.APIKey)
 		if err != nil {
 			return nil, err
 		}
-		figs, err := measurePooled(ctx, &opts, c, "create→ready, serial (server as configured)")
+		figs, err := measure(append([]group{
+			{"pooled", func() ([]*Figure, error) {
+				return measurePooled(ctx, &opts, c, "create→ready, serial (server as configured)")
+			}},
+			{"cold", func() ([]*Figure, error) {
+				figs, err := measureCold(ctx, &opts, c, false)
+				return append([]*Figure{skipped("create→ready, no pool, serial", "needs a server of its own (run without --server)")}, figs...), err
+			}},
+		}, neighbours(c)...)...)
 		if err != nil {
-			return nil, err
-		}
-		r.Figures = append(r.Figures, figs...)
-		r.Figures = append(r.Figures, skipped("create→ready, no pool, serial", "needs a server of its own (run without --server)"))
-		figs, err = measureCold(ctx, &opts, c, false)
-		if err != nil {
-			return nil, err
-		}
-		r.Figures = append(r.Figures, figs...)
-		if figs, err = measureNeighbours(ctx, &opts, c); err != nil {
 			return nil, err
 		}
 		r.Figures = append(r.Figures, figs...)
 	} else {
 		r.Server = fmt.Sprintf("own: %s serve --data-dir %s (--warm-pool %s, then none)", opts.Binary, opts.DataDir, opts.Pool)
-		figs, err := withServer(ctx, &opts, opts.Pool, func(c *client.Client) ([]*Figure, error) {
-			figs, err := measurePooled(ctx, &opts, c, "create→ready, warm pool, serial")
+		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") {
+			figs, err := withServer(ctx, &opts, opts.Pool, func(c *client.Client) ([]*Figure, error) {
+				return measure(append([]group{{"pooled", func() ([]*Figure, error) {
+					return measurePooled(ctx, &opts, c, "create→ready, warm pool, serial")
+				}}}, neighbours(c)...)...)
+			})
 			if err != nil {
 				return nil, err
 			}
-			more, err := measureNeighbours(ctx, &opts, c)
-			return append(figs, more...), err
-		})
-		if err != nil {
-			return nil, err
+			r.Figures = append(r.Figures, figs...)
 		}
-		r.Figures = append(r.Figures, figs...)
-		figs, err = withServer(ctx, &opts, "none", func(c *client.Client) ([]*Figure, error) {
-			return measureCold(ctx, &opts, c, true)
-		})
-		if err != nil {
-			return nil, err
+		if opts.runs("cold") {
+			figs, err := withServer(ctx, &opts, "none", func(c *client.Client) ([]*Figure, error) {
+				return measureCold(ctx, &opts, c, true)
+			})
+			if err != nil {
+				return nil, err
+			}
+			r.Figures = append(r.Figures, figs...)
 		}
-		r.Figures = append(r.Figures, figs...)
 	}
 	r.Duration = opts.now().Sub(r.StartedAt).Round(time.Second).String()
 	r.finish()

@@ -251,7 +251,9 @@ func TestBodies(t *testing.T) {
 		{name: "trailing data", method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base"} x`,
 			status: 400, wantJSON: `{"code":400,"message":"malformed JSON body: unexpected data after the JSON value"}`},
 		{name: "unknown fields ignored", method: "POST", target: "/v2/sandboxes",
-			body: `{"templateID":"base","mcp":{"x":1},"autoResume":{"enabled":false},"whatever":[1,2]}`, status: 201},
+			body: `{"templateID":"base","whatever":[1,2]}`, status: 201},
+		{name: "no-op values of unsupported fields", method: "POST", target: "/v2/sandboxes",
+			body: `{"templateID":"base","mcp":null,"iam":{},"volumeMounts":[],"autoPauseMemory":true,"autoResume":{"enabled":false}}`, status: 201},
 		{name: "empty required body", method: "POST", target: "/v2/sandboxes", status: 400,
 			wantJSON: `{"code":400,"message":"request body is required"}`},
 	})

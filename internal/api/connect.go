@@ -14,10 +14,11 @@ const maxRefresh = 3600
 // defaultRefresh is the extension of a refresh without a duration.
 const defaultRefresh = 15 * time.Second
 
-// connectBody is the body of both connect versions. memory (v2, cold boot
-// on resume) is not supported and ignored.
+// connectBody is the body of both connect versions. memory false (v2's
+// onResume 'reboot': a cold boot from the disk) is a 400.
 type connectBody struct {
 	Timeout *int64 `json:"timeout"`
+	Memory  *bool  `json:"memory"`
 }
 
 // connectV1 implements POST /sandboxes/{id}/connect: the body and its
@@ -48,6 +49,10 @@ func (h *Handler) requiredTimeout(w http.ResponseWriter, r *http.Request) (timeo
 func (h *Handler) connectV2(w http.ResponseWriter, r *http.Request) {
 	var body connectBody
 	if err := h.decodeBody(w, r, &body); err != nil && err != errNoBody {
+		return
+	}
+	if body.Memory != nil && !*body.Memory {
+		writeError(w, http.StatusBadRequest, notSupported("memory false", "resuming with a cold boot from the disk; a sandbox resumes with its memory"))
 		return
 	}
 	timeout := int64(defaultTimeoutV2 / time.Second)

@@ -18,8 +18,9 @@ const (
 )
 
 // createBody is NewSandbox (v1) and NewSandboxV2; v2 has no secure field.
-// Fields the server does not implement yet (autoPauseMemory, autoResume,
-// mcp, iam, volumeMounts) are ignored like any unknown field.
+// The fields the server does not implement yet (mcp, iam, volumeMounts,
+// autoPauseMemory false, autoResume enabled) are decoded only to refuse
+// them (unsupportedCreate); the SDK sends none of them unless asked to.
 type createBody struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
@@ -29,6 +30,40 @@ type createBody struct {
 	Network             json.RawMessage   `json:"network"`
 	AutoPause           *bool             `json:"autoPause"`
 	Secure              *bool             `json:"secure"`
+
+	MCP             json.RawMessage `json:"mcp"`
+	IAM             json.RawMessage `json:"iam"`
+	VolumeMounts    json.RawMessage `json:"volumeMounts"`
+	AutoPauseMemory *bool           `json:"autoPauseMemory"`
+	AutoResume      *struct {
+		Enabled bool `json:"enabled"`
+	} `json:"autoResume"`
+}
+
+// unsupportedCreate returns the message refusing the first field of body
+// that asks for something not implemented yet, or "". Each field's no-op
+// value (absent, null, empty, autoPauseMemory true, autoResume disabled)
+// is accepted.
+func unsupportedCreate(body createBody) string {
+	switch {
+	case !emptyJSON(body.MCP):
+		return notSupported("mcp", "an MCP gateway in the sandbox")
+	case !emptyJSON(body.IAM):
+		return notSupported("iam", "workload identity tokens")
+	case !emptyJSON(body.VolumeMounts):
+		return notSupported("volumeMounts", "persistent volumes")
+	case body.AutoPauseMemory != nil && !*body.AutoPauseMemory:
+		return notSupported("autoPauseMemory false", "a filesystem-only snapshot on timeout; a paused sandbox keeps its memory")
+	case body.AutoResume != nil && body.AutoResume.Enabled:
+		return notSupported("autoResume", "resuming a paused sandbox on traffic; resume it with connect")
+	}
+	return ""
+}
+
+// notSupported is the 400 message for a request field the server does not
+// implement yet.
+func notSupported(field, what string) string {
+	return fmt.Sprintf("%s (%s) is not supported yet by this server", field, what)
 }
 
 // createV1 implements POST /sandboxes: timeout 15 s and secure false by
@@ -49,6 +84,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout time
 	}
 	if body.TemplateID == "" {
 		writeError(w, http.StatusBadRequest, "templateID is required")
+		return
+	}
+	if msg := unsupportedCreate(body); msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
 	timeout := defTimeout

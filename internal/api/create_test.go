@@ -97,3 +97,32 @@ type testError struct {
 
 func (e *testError) Error() string { return e.msg }
 func (e *testError) Unwrap() error { return e.kind }
+
+// TestCreateUnsupported checks that every create field the server does not
+// implement yet is a 400 naming it (what the SDK sends when its option is
+// set), and that nothing is created.
+func TestCreateUnsupported(t *testing.T) {
+	var cases []apiCase
+	for _, tc := range []struct{ field, body, msg string }{
+		{"mcp", `"mcp":{"exa":{"apiKey":"k"}}`, "mcp (an MCP gateway in the sandbox)"},
+		{"iam", `"iam":{"tokens":{"t":{"audience":"a","tokenType":"JWT-SVID"}}}`, "iam (workload identity tokens)"},
+		{"volumeMounts", `"volumeMounts":[{"name":"v","path":"/data"}]`, "volumeMounts (persistent volumes)"},
+		{"autoPauseMemory", `"autoPause":true,"autoPauseMemory":false`, "autoPauseMemory false (a filesystem-only snapshot on timeout; a paused sandbox keeps its memory)"},
+		{"autoResume", `"autoPause":true,"autoResume":{"enabled":true}`, "autoResume (resuming a paused sandbox on traffic; resume it with connect)"},
+	} {
+		for _, target := range []string{"/v2/sandboxes", "/sandboxes"} {
+			cases = append(cases, apiCase{
+				name: tc.field + " " + target, method: "POST", target: target,
+				body:     `{"templateID":"base",` + tc.body + `}`,
+				status:   400,
+				wantJSON: `{"code":400,"message":"` + tc.msg + ` is not supported yet by this server"}`,
+				check: func(t *testing.T, f *fakeSandboxes) {
+					if len(f.created) != 0 {
+						t.Errorf("created %d sandboxes", len(f.created))
+					}
+				},
+			})
+		}
+	}
+	runCases(t, fakeWith(), cases)
+}

@@ -57,8 +57,10 @@ func TestConnect(t *testing.T) {
 			status: 200, wantJSON: sbJSON, check: timeouts("isb1", 300*time.Second)},
 		{name: "v2 empty object", method: "POST", target: "/v2/sandboxes/isb1/connect", body: `{}`,
 			status: 200, check: timeouts("isb1", 300*time.Second)},
-		{name: "v2 timeout and memory", method: "POST", target: "/v2/sandboxes/isp1/connect", body: `{"timeout":60,"memory":false}`,
+		{name: "v2 timeout and memory", method: "POST", target: "/v2/sandboxes/isp1/connect", body: `{"timeout":60,"memory":true}`,
 			status: 201, check: timeouts("isp1", time.Minute)},
+		{name: "v2 cold boot", method: "POST", target: "/v2/sandboxes/isp1/connect", body: `{"timeout":60,"memory":false}`,
+			status: 400, check: timeouts("isp1"), wantJSON: `{"code":400,"message":"memory false (resuming with a cold boot from the disk; a sandbox resumes with its memory) is not supported yet by this server"}`},
 		{name: "v2 timeout 0", method: "POST", target: "/v2/sandboxes/isb1/connect", body: `{"timeout":0}`,
 			status: 400, check: timeouts("isb1")},
 		{name: "v2 malformed", method: "POST", target: "/v2/sandboxes/isb1/connect", body: `{"timeout":`, status: 400},
@@ -137,6 +139,13 @@ func TestKillTimeoutPause(t *testing.T) {
 				}
 			}},
 		{name: "pause with body", method: "POST", target: "/sandboxes/isb1/pause", body: `{"memory":true}`, status: 204},
+		{name: "pause without memory", method: "POST", target: "/sandboxes/isb1/pause", body: `{"memory":false}`, status: 400,
+			wantJSON: `{"code":400,"message":"memory false (a filesystem-only snapshot; a paused sandbox keeps its memory) is not supported yet by this server"}`,
+			check: func(t *testing.T, f *fakeSandboxes) {
+				if f.sbs["isb1"].State != store.StateRunning {
+					t.Error("paused anyway")
+				}
+			}},
 		{name: "pause paused", method: "POST", target: "/sandboxes/isp1/pause", body: `{}`,
 			status: 409, wantJSON: `{"code":409,"message":"sandbox isp1 is already paused: sandbox is in the wrong state"}`},
 		{name: "pause unknown", method: "POST", target: "/sandboxes/nope/pause", status: 404, wantJSON: notFoundBody},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"regexp"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -34,7 +37,7 @@ type TemplateBuilder interface {
 
 // TemplateRecords stores builds and tags; *store.Store implements it.
 type TemplateRecords interface {
-	CreateTemplateBuild(ctx context.Context, template string, tags []string) (store.TemplateBuild, error)
+	CreateTemplateBuild(ctx context.Context, template string, tags []string, res store.BuildResources) (store.TemplateBuild, error)
 	GetTemplateBuild(ctx context.Context, template, id string) (store.TemplateBuild, error)
 	TemplateKnown(ctx context.Context, template string) (bool, error)
 	StartTemplateBuild(ctx context.Context, template, id string) error
@@ -71,6 +74,14 @@ type TemplateConfig struct {
 	Log             *slog.Logger
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
+
+	// Max bounds the cpuCount and memoryMB a build may ask for (the
+	// operator's maxima); zero fields: no bound.
+	Max sandbox.Maxima
+	// SandboxDiskMB is the disk every sandbox starts with, all of it free
+	// (the template is a read-only layer under it): the most minFreeDiskMb
+	// a build may ask for.
+	SandboxDiskMB int
 }
 
 // TemplateBuilds runs the builds of the template build API in the
@@ -81,6 +92,8 @@ type TemplateBuilds struct {
 	records    TemplateRecords
 	maxContext int64
 	maxQueued  int
+	max        sandbox.Maxima
+	diskMB     int
 	log        *slog.Logger
 	now        func() time.Time
 	contexts   *contexts
@@ -104,6 +117,7 @@ func NewTemplateBuilds(ctx context.Context, cfg TemplateConfig) (*TemplateBuilds
 	t := &TemplateBuilds{
 		builder: cfg.Builder, records: cfg.Records,
 		maxContext: cfg.MaxContextBytes, maxQueued: cfg.MaxQueuedBuilds,
+		max: cfg.Max, diskMB: cfg.SandboxDiskMB,
 		log: cfg.Log, now: cfg.Now,
 		slot: make(chan struct{}, 1), runs: map[string]*buildRun{}, uploads: map[string]pendingUpload{},
 	}
@@ -207,8 +221,10 @@ func checkTags(tags []string) string {
 	return ""
 }
 
-// requestBody is TemplateBuildRequestV3. Resources are accepted and
-// ignored: sandboxes get the server's defaults.
+// requestBody is TemplateBuildRequestV3. cpuCount and memoryMB are what
+// the template's sandboxes get (0 or absent: the server's defaults);
+// minFreeDiskMb is met by every sandbox's whole, empty disk, up to its
+// size.
 type requestBody struct {
 	Name          string   `json:"name"`
 	Alias         string   `json:"alias"`
@@ -255,6 +271,9 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 			msg = fmt.Sprintf("%s must not be negative, got %d", f.name, *f.v)
 		}
 	}
+	if msg == "" {
+		msg = h.templates.checkResources(body)
+	}
 	if msg != "" {
 		writeError(w, http.StatusBadRequest, msg)
 		return
@@ -268,7 +287,8 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 	}
 	slices.Sort(tags)
 	tags = slices.Compact(tags)
-	b, err := h.templates.records.CreateTemplateBuild(r.Context(), name, tags)
+	res := store.BuildResources{CPUCount: int(deref(body.CPUCount)), MemoryMB: int(deref(body.MemoryMB))}
+	b, err := h.templates.records.CreateTemplateBuild(r.Context(), name, tags, res)
 	if err != nil {
 		h.templateFail(w, r, err)
 		return
@@ -276,6 +296,31 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusAccepted, templateView{
 		TemplateID: name, BuildID: b.ID, Names: []string{name}, Tags: tags, Aliases: []string{name},
 	})
+}
+
+// checkResources checks a build request's resources against the
+// operator's maxima; the message is empty when they fit. A value above one
+// is refused, never lowered.
+func (t *TemplateBuilds) checkResources(body requestBody) string {
+	cpu, mem := deref(body.CPUCount), deref(body.MemoryMB)
+	if cpu > math.MaxInt32 || mem > math.MaxInt32 {
+		return fmt.Sprintf("cpuCount %d or memoryMB %d is out of range", cpu, mem)
+	}
+	if err := t.max.Check(int(cpu), int(mem), isolation.DiskIO{}); err != nil {
+		return err.Error()
+	}
+	if free := deref(body.MinFreeDiskMB); t.diskMB > 0 && free > int64(t.diskMB) {
+		return fmt.Sprintf("minFreeDiskMb %d is more than this server gives: every sandbox starts with its whole disk of %d MiB free", free, t.diskMB)
+	}
+	return ""
+}
+
+// deref returns *v, or 0 for nil.
+func deref(v *int64) int64 {
+	if v == nil {
+		return 0
+	}
+	return *v
 }
 
 // templateAlias implements GET /templates/aliases/{alias}: 200 when a

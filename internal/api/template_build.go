@@ -84,7 +84,7 @@ func (h *Handler) startTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, fmt.Sprintf("build %s was already started (it is %s)", buildID, b.Status))
 		return
 	}
-	spec, err := h.templates.buildSpec(r.Context(), name, body)
+	spec, err := h.templates.buildSpec(r.Context(), name, body, b.Resources)
 	var se *specError
 	if errors.As(err, &se) {
 		writeError(w, http.StatusBadRequest, se.msg)

@@ -58,10 +58,10 @@ func (e *specError) Error() string { return e.msg }
 
 func specErrorf(format string, args ...any) error { return &specError{fmt.Sprintf(format, args...)} }
 
-// buildSpec turns the SDK's build request for template name into a spec.
-// Each SDK step becomes one instruction, so instruction numbers are the
-// SDK's step numbers.
-func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildBody) (template.Spec, error) {
+// buildSpec turns the SDK's build request for template name, whose build
+// was requested with res, into a spec. Each SDK step becomes one
+// instruction, so instruction numbers are the SDK's step numbers.
+func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildBody, res store.BuildResources) (template.Spec, error) {
 	auth, err := registryAuth(body.FromImageRegistry)
 	if err != nil {
 		return template.Spec{}, err
@@ -100,7 +100,8 @@ func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildB
 	if len(body.Steps) > maxSteps {
 		return template.Spec{}, specErrorf("steps: at most %d, got %d", maxSteps, len(body.Steps))
 	}
-	spec := template.Spec{Name: name, From: from, FromImage: image, RegistryAuth: auth}
+	spec := template.Spec{Name: name, From: from, FromImage: image, RegistryAuth: auth,
+		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB}
 	for i, s := range body.Steps {
 		in, err := t.instruction(s)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -75,7 +76,8 @@ func newTemplateAPI(t testing.TB, f *fakeBuilder) *Handler {
 		t.Fatal(err)
 	}
 	f.dir, f.built = t.TempDir(), map[string]*template.Template{}
-	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxContextBytes: 1 << 20})
+	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxContextBytes: 1 << 20,
+		Max: sandbox.Maxima{CPUCount: 4, MemoryMB: 4096}, SandboxDiskMB: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +142,7 @@ func TestTemplateBuildFlow(t *testing.T) {
 	h := newTemplateAPI(t, f)
 
 	var req templateView
-	if code := call(t, h, "POST", "/v3/templates", `{"name":"demo:v1","tags":["stable"],"cpuCount":2}`, nil, &req); code != 202 {
+	if code := call(t, h, "POST", "/v3/templates", `{"name":"demo:v1","tags":["stable"],"cpuCount":2,"memoryMB":1024,"minFreeDiskMb":512}`, nil, &req); code != 202 {
 		t.Fatalf("request: %d", code)
 	}
 	if diff := cmp.Diff(templateView{TemplateID: "demo", BuildID: req.BuildID, Names: []string{"demo"},
@@ -187,6 +189,7 @@ func TestTemplateBuildFlow(t *testing.T) {
 		t.Fatalf("status %+v", st)
 	}
 	want := template.Spec{Name: "demo", From: "base", StartCmd: "python3 -m http.server 8000", ReadyPort: 8000,
+		CPUCount: 2, MemoryMB: 1024, // the request's: what the template's sandboxes get
 		Instructions: []template.Instruction{
 			{Op: "RUN", Args: []string{"apt-get update && apt-get install -y jq"}, User: "root"},
 			{Op: "COPY", Args: []string{"greeting.txt", "/home/user/greeting.txt"}, FilesHash: testHash},
@@ -317,6 +320,12 @@ func TestTemplateAPIValidation(t *testing.T) {
 		{"bad tags", "POST", "/v3/templates", `{"name":"x","tags":["-x"]}`, nil, 400, `tag "-x"`},
 		{"built-in", "POST", "/v3/templates", `{"name":"base"}`, nil, 400, "built-in template"},
 		{"negative memory", "POST", "/v3/templates", `{"name":"x","memoryMB":-1}`, nil, 400, "memoryMB must not be negative"},
+		{"cpu above the maximum", "POST", "/v3/templates", `{"name":"x","cpuCount":5}`, nil, 400,
+			"cpuCount 5 is more than this server allows: at most 4 (serve --max-cpu-count)"},
+		{"memory above the maximum", "POST", "/v3/templates", `{"name":"x","memoryMB":8192}`, nil, 400,
+			"memoryMB 8192 is more than this server allows: at most 4096 (serve --max-memory-mb)"},
+		{"free disk above the disk", "POST", "/v3/templates", `{"name":"x","minFreeDiskMb":2048}`, nil, 400,
+			"minFreeDiskMb 2048 is more than this server gives: every sandbox starts with its whole disk of 1024 MiB free"},
 		{"no key", "POST", "/v3/templates", `{"name":"x"}`, map[string]string{"X-API-Key": ""}, 401, "missing API key"},
 		{"unknown template files", "GET", "/templates/nope/files/" + testHash, "", nil, 404, `template "nope"`},
 		{"bad hash", "GET", "/templates/ok/files/ABC", "", nil, 400, "files hash"},

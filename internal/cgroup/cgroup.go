@@ -5,7 +5,9 @@ import (
 	"io/fs"
 	"math"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -57,6 +59,10 @@ type Limits struct {
 	MemoryBytes int64
 	// Pids caps the number of tasks (processes and threads).
 	Pids int64
+	// CPUSet pins the group's tasks to these CPUs (cpuset.cpus), which is
+	// also what their affinity mask, and so nproc, shows; empty leaves
+	// the parent's.
+	CPUSet []int
 }
 
 // Validate reports whether the limits can be applied.
@@ -70,8 +76,29 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("memory limit %d is negative", l.MemoryBytes)
 	case l.Pids < 0:
 		return fmt.Errorf("pids limit %d is negative", l.Pids)
+	case slices.ContainsFunc(l.CPUSet, func(c int) bool { return c < 0 }):
+		return fmt.Errorf("cpu set %v names a negative CPU", l.CPUSet)
 	}
 	return nil
+}
+
+// cpuList returns cpus in the kernel's list format, e.g. "0,2,3".
+func cpuList(cpus []int) string {
+	s := make([]string, len(cpus))
+	for i, c := range cpus {
+		s[i] = strconv.Itoa(c)
+	}
+	return strings.Join(s, ",")
+}
+
+// IOLimit caps a group's I/O on one block device. A zero rate is no cap.
+type IOLimit struct {
+	// Major and Minor are the device's numbers (stat's st_rdev).
+	Major, Minor uint32
+	// ReadBPS and WriteBPS are in bytes per second.
+	ReadBPS, WriteBPS uint64
+	// ReadIOPS and WriteIOPS are in I/O operations per second.
+	ReadIOPS, WriteIOPS uint64
 }
 
 // Stats is a snapshot of a group's resource use. On v2, memory and pids

@@ -137,6 +137,18 @@ func (c *Cgroup) Dirs() []string {
 	return slices.Compact(dirs)
 }
 
+// Controllers returns the v1 controllers whose hierarchies the group lives
+// in ("memory", "cpu", ...), sorted; nil on V2, where there is one
+// hierarchy. The jail mounts those hierarchies, read-only, in the sandbox.
+func (c *Cgroup) Controllers() []string {
+	var names []string
+	for n := range c.v1dirs {
+		names = append(names, string(n))
+	}
+	slices.Sort(names)
+	return names
+}
+
 // OpenDir opens the group's directory for clone3's CLONE_INTO_CGROUP, e.g. as
 // syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}; the caller
 // closes it once the child has started. It needs cgroup v2; on V1 and Hybrid
@@ -374,6 +386,24 @@ func removeTree(ctx context.Context, dir string) error {
 		return fmt.Errorf("removing %s: %w (%w)", dir, busy, err)
 	}
 	return err
+}
+
+// LimitIO caps the group's I/O on the block device l names. It is set
+// after Create because a sandbox's disk is attached once its init runs.
+// On v1 the kernel charges writeback of buffered writes to no group, so
+// only direct and synchronous writes are held to the write caps; on v2 the
+// page cache's writeback is charged to the group that dirtied it.
+func (c *Cgroup) LimitIO(l IOLimit) error {
+	var err error
+	if c.v2 != nil {
+		err = c.limitIOV2(l)
+	} else {
+		err = c.limitIOV1(l)
+	}
+	if err != nil {
+		return fmt.Errorf("setting the I/O limits of cgroup %s on device %d:%d: %w", c.name, l.Major, l.Minor, err)
+	}
+	return nil
 }
 
 // Stats returns the group's resource use.

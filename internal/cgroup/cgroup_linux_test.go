@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // helperEnv switches the test binary into a helper process (see TestMain).
@@ -649,6 +650,96 @@ func TestV2OnHybrid(t *testing.T) {
 	if _, err := load(lay, c.Name()); !errors.Is(err, ErrNotExist) {
 		t.Errorf("Load of a deleted group: %v, want ErrNotExist", err)
 	}
+}
+
+// TestCPUSet checks that a group's cpu set is what its tasks' affinity
+// shows (what nproc counts).
+func TestCPUSet(t *testing.T) {
+	lay := hostLayout(t)
+	t.Parallel()
+	c := newGroup(t, lay, Limits{CPUSet: []int{0}})
+	ch := start(t, c, exec.Command("sleep", "60"))
+	status := readTrim(t, fmt.Sprintf("/proc/%d/status", ch.cmd.Process.Pid))
+	if !strings.Contains(status, "Cpus_allowed_list:\t0\n") {
+		t.Errorf("a task of a group pinned to CPU 0 has %q", grepLine(status, "Cpus_allowed_list"))
+	}
+}
+
+func grepLine(s, prefix string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestLimitIO checks that LimitIO writes the throttle rules for a device
+// (a loop device of the test's own) and leaves zero rates unlimited; a
+// group whose hierarchy lacks the controller gets an error saying so.
+// TestDiskIOQuota in the jail measures the rates a sandbox gets.
+func TestLimitIO(t *testing.T) {
+	lay := hostLayout(t)
+	t.Parallel()
+	major, minor := testLoop(t)
+	c := newGroup(t, lay, Limits{})
+	l := IOLimit{Major: major, Minor: minor, ReadBPS: 3 << 20, WriteBPS: 1 << 20, WriteIOPS: 200}
+	if err := c.LimitIO(l); err != nil {
+		t.Fatal(err)
+	}
+	dev := fmt.Sprintf("%d:%d", major, minor)
+	if lay.mode == V2 {
+		want := fmt.Sprintf("%s rbps=%d wbps=%d riops=max wiops=200", dev, 3<<20, 1<<20)
+		if got := readTrim(t, filepath.Join(c.Dirs()[0], "io.max")); got != want {
+			t.Errorf("io.max = %q, want %q", got, want)
+		}
+	} else {
+		dir := filepath.Join(lay.root, "blkio", c.Name())
+		for file, want := range map[string]string{
+			"blkio.throttle.read_bps_device":   fmt.Sprintf("%s %d", dev, 3<<20),
+			"blkio.throttle.write_bps_device":  fmt.Sprintf("%s %d", dev, 1<<20),
+			"blkio.throttle.read_iops_device":  "",
+			"blkio.throttle.write_iops_device": dev + " 200",
+		} {
+			if got := readTrim(t, filepath.Join(dir, file)); got != want {
+				t.Errorf("%s = %q, want %q", file, got, want)
+			}
+		}
+	}
+	if lay.mode == Hybrid {
+		t.Run("no io controller", func(t *testing.T) {
+			// The hybrid layout's cgroup2 has no controllers: no io.
+			g := newGroup(t, layout{V2, filepath.Join(Root, "unified")}, Limits{})
+			if err := g.LimitIO(l); err == nil || !strings.Contains(err.Error(), "io controller is not enabled") {
+				t.Errorf("LimitIO without the io controller: %v, want an error naming it", err)
+			}
+		})
+	}
+}
+
+// testLoop attaches a loop device to a small file for t and returns its
+// numbers; it is detached when t ends.
+func testLoop(t *testing.T) (major, minor uint32) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "disk")
+	if err := os.WriteFile(img, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup: %v: %s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "--detach", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup --detach %s: %v: %s", dev, err, out)
+		}
+	})
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		t.Fatal(err)
+	}
+	return unix.Major(st.Rdev), unix.Minor(st.Rdev)
 }
 
 func TestOpenDirNeedsV2(t *testing.T) {

@@ -34,6 +34,9 @@ func (c *Cgroup) Mode() Mode { return 0 }
 // Dirs returns nil.
 func (c *Cgroup) Dirs() []string { return nil }
 
+// Controllers returns nil.
+func (c *Cgroup) Controllers() []string { return nil }
+
 // OpenDir returns errors.ErrUnsupported.
 func (c *Cgroup) OpenDir() (*os.File, error) { return nil, errors.ErrUnsupported }
 
@@ -57,6 +60,9 @@ func (c *Cgroup) Kill(context.Context) error { return errors.ErrUnsupported }
 
 // Delete returns errors.ErrUnsupported.
 func (c *Cgroup) Delete(context.Context) error { return errors.ErrUnsupported }
+
+// LimitIO returns errors.ErrUnsupported.
+func (c *Cgroup) LimitIO(IOLimit) error { return errors.ErrUnsupported }
 
 // Stats returns errors.ErrUnsupported.
 func (c *Cgroup) Stats() (Stats, error) { return Stats{}, errors.ErrUnsupported }

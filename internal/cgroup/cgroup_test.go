@@ -45,6 +45,8 @@ func TestLimitsValidate(t *testing.T) {
 		{"infinite cpu", Limits{CPUs: math.Inf(1)}, true},
 		{"negative memory", Limits{MemoryBytes: -1}, true},
 		{"negative pids", Limits{Pids: -1}, true},
+		{"cpu set", Limits{CPUSet: []int{0, 3}}, false},
+		{"negative cpu in set", Limits{CPUSet: []int{1, -1}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -52,6 +54,17 @@ func TestLimitsValidate(t *testing.T) {
 				t.Errorf("%+v.Validate() = %v, want error: %v", tt.l, err, tt.wantErr)
 			}
 		})
+	}
+}
+
+func TestCPUList(t *testing.T) {
+	for _, tt := range []struct {
+		cpus []int
+		want string
+	}{{nil, ""}, {[]int{0}, "0"}, {[]int{0, 2, 3}, "0,2,3"}} {
+		if got := cpuList(tt.cpus); got != tt.want {
+			t.Errorf("cpuList(%v) = %q, want %q", tt.cpus, got, tt.want)
+		}
 	}
 }
 

@@ -9,14 +9,17 @@
 // Detect tells the three layouts apart by the filesystem mounted at Root:
 //
 //   - V2 (unified): one cgroup2 hierarchy at Root. A group is one directory.
-//     Create enables the cpu, memory and pids controllers in
+//     Create enables the cpu, memory, pids and io controllers in
 //     cgroup.subtree_control of every ancestor (the per-server parent must
-//     therefore hold no processes itself, as cgroup v2 requires), then writes
-//     cpu.max, memory.max, memory.swap.max=0 and pids.max.
+//     therefore hold no processes itself, as cgroup v2 requires), and cpuset
+//     when the limits pin CPUs, then writes cpu.max, memory.max,
+//     memory.swap.max=0, pids.max and cpuset.cpus. LimitIO writes io.max.
 //   - V1 (legacy): one hierarchy per controller under Root. A group is one
 //     directory in each of the freezer, pids, memory, cpuacct and cpu
-//     hierarchies, plus cpuset when it is mounted (its cpus and mems are copied
-//     from the parent, as the kernel leaves them empty). The memory limit is
+//     hierarchies, plus cpuset and blkio when they are mounted (cpuset's cpus
+//     and mems are copied from the parent, as the kernel leaves them empty;
+//     LimitIO writes blkio's throttle files, which only hold direct and
+//     synchronous writes: v1 charges buffered writeback to no group). The memory limit is
 //     written to memory.limit_in_bytes and, when the kernel accounts swap, the
 //     same value to memory.memsw.limit_in_bytes so that the sandbox cannot
 //     swap; without swap accounting memory.swappiness is set to 0 instead.

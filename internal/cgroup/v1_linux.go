@@ -13,7 +13,8 @@ import (
 )
 
 // v1Controllers are the hierarchies a group is made in on v1, in order.
-// cpuset is optional: it is used when mounted.
+// cpuset and blkio are optional: they are used when mounted (and needed
+// only for Limits.CPUSet and LimitIO).
 var v1Controllers = []struct {
 	name     cgroup1.Name
 	new      func(root string) cgroup1.Subsystem
@@ -25,6 +26,7 @@ var v1Controllers = []struct {
 	{name: cgroup1.Cpuacct, new: func(root string) cgroup1.Subsystem { return cgroup1.NewCpuacct(root) }},
 	{name: cgroup1.Cpuset, new: func(root string) cgroup1.Subsystem { return cgroup1.NewCpuset(root) }, optional: true},
 	{name: cgroup1.Cpu, new: func(root string) cgroup1.Subsystem { return cgroup1.NewCpu(root) }},
+	{name: cgroup1.Blkio, new: func(root string) cgroup1.Subsystem { return cgroup1.NewBlkio(root) }, optional: true},
 }
 
 // v1Subsystems returns the library's controllers for the v1 hierarchies
@@ -95,7 +97,37 @@ func createV1(lay layout, name string, l Limits) (_ *Cgroup, err error) {
 			return nil, fmt.Errorf("setting pids limit of %s: %w", name, err)
 		}
 	}
+	if len(l.CPUSet) > 0 {
+		if _, err := c.v1dir(cgroup1.Cpuset); err != nil {
+			return nil, fmt.Errorf("setting cpu set of %s: %w", name, err)
+		}
+		if err := c.v1.Update(&specs.LinuxResources{CPU: &specs.LinuxCPU{Cpus: cpuList(l.CPUSet)}}); err != nil {
+			return nil, fmt.Errorf("setting cpu set of %s: %w", name, err)
+		}
+	}
 	return c, nil
+}
+
+// limitIOV1 writes l to the blkio throttle files. Zero rates are left
+// out: writing 0 would remove a rule, and there is none yet.
+func (c *Cgroup) limitIOV1(l IOLimit) error {
+	if _, err := c.v1dir(cgroup1.Blkio); err != nil {
+		return err
+	}
+	dev := func(rate uint64) []specs.LinuxThrottleDevice {
+		if rate == 0 {
+			return nil
+		}
+		d := specs.LinuxThrottleDevice{Rate: rate}
+		d.Major, d.Minor = int64(l.Major), int64(l.Minor)
+		return []specs.LinuxThrottleDevice{d}
+	}
+	return c.v1.Update(&specs.LinuxResources{BlockIO: &specs.LinuxBlockIO{
+		ThrottleReadBpsDevice:   dev(l.ReadBPS),
+		ThrottleWriteBpsDevice:  dev(l.WriteBPS),
+		ThrottleReadIOPSDevice:  dev(l.ReadIOPS),
+		ThrottleWriteIOPSDevice: dev(l.WriteIOPS),
+	}})
 }
 
 func loadV1(lay layout, name string) (*Cgroup, error) {

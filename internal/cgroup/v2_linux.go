@@ -56,12 +56,44 @@ func createV2(root, name string, l Limits) (_ *Cgroup, err error) {
 			return nil, fmt.Errorf("setting pids limit of %s: %w", name, err)
 		}
 	}
+	if len(l.CPUSet) > 0 {
+		// The library enables cpuset only for a CPU with Cpus set at
+		// creation; enable it here so that the error names the step.
+		if err := m.ToggleControllers([]string{"cpuset"}, cgroup2.Enable); err != nil {
+			return nil, fmt.Errorf("enabling the cpuset controller for %s: %w", name, err)
+		}
+		if err := m.Update(&cgroup2.Resources{CPU: &cgroup2.CPU{Cpus: cpuList(l.CPUSet)}}); err != nil {
+			return nil, fmt.Errorf("setting cpu set of %s: %w", name, err)
+		}
+	}
 	return c, nil
 }
 
+// limitIOV2 writes l to io.max, one key at a time (the kernel keeps the
+// keys not written). Zero rates are left out, which leaves them at max.
+func (c *Cgroup) limitIOV2(l IOLimit) error {
+	if !exists(filepath.Join(c.dir, "io.max")) {
+		return fmt.Errorf("the io controller is not enabled for the group (not in %s/cgroup.controllers?)", filepath.Dir(c.dir))
+	}
+	var max []cgroup2.Entry
+	for _, e := range []struct {
+		typ  cgroup2.IOType
+		rate uint64
+	}{
+		{cgroup2.ReadBPS, l.ReadBPS}, {cgroup2.WriteBPS, l.WriteBPS},
+		{cgroup2.ReadIOPS, l.ReadIOPS}, {cgroup2.WriteIOPS, l.WriteIOPS},
+	} {
+		if e.rate > 0 {
+			max = append(max, cgroup2.Entry{Type: e.typ, Major: int64(l.Major), Minor: int64(l.Minor), Rate: e.rate})
+		}
+	}
+	return c.v2.Update(&cgroup2.Resources{IO: &cgroup2.IO{Max: max}})
+}
+
 // v2Controllers returns the (empty) resources whose controllers a new group
-// gets: cpu, memory and pids, each when the hierarchy offers it. A limit on
-// a controller it does not offer is an error.
+// gets: cpu, memory, pids and io, each when the hierarchy offers it. A
+// limit on a controller it does not offer is an error (io's limits come
+// later, from LimitIO, which reports its absence).
 func v2Controllers(root string, l Limits) (*cgroup2.Resources, error) {
 	data, err := os.ReadFile(filepath.Join(root, "cgroup.controllers"))
 	if err != nil {
@@ -77,6 +109,8 @@ func v2Controllers(root string, l Limits) (*cgroup2.Resources, error) {
 		{"cpu", l.CPUs > 0, func() { res.CPU = &cgroup2.CPU{} }},
 		{"memory", l.MemoryBytes > 0, func() { res.Memory = &cgroup2.Memory{} }},
 		{"pids", l.Pids > 0, func() { res.Pids = &cgroup2.Pids{} }},
+		{"io", false, func() { res.IO = &cgroup2.IO{} }},
+		{"cpuset", len(l.CPUSet) > 0, func() {}}, // enabled by createV2 when needed
 	} {
 		switch {
 		case slices.Contains(have, ctl.name):

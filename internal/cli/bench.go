@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/bench"
 )
@@ -43,6 +44,10 @@ host. The table goes to stdout, progress to stderr.`,
 		fs.DurationVar(&opts.Gap, "gap", 0, "pause between serial pooled creates, so the pool refills (default 500ms)")
 		budget := fs.Int64("memory-budget", 0, "host memory in `MIB` the density figure may fill (default 2048; --quick 256)")
 		fs.IntVar(&opts.MaxIdle, "max-idle", 0, "most idle sandboxes the density figure starts (default 1000; --quick 10)")
+		fs.Func("only", "measure only these figure `GROUPS`, comma-separated: "+strings.Join(bench.Groups, ", ")+" (default all)", func(s string) error {
+			opts.Only = strings.Split(s, ",")
+			return nil
+		})
 		jsonOut := fs.String("json", "", "also write the report as JSON to `FILE` (- for stdout, the table then goes to stderr)")
 		htmlOut := fs.String("html", "", "also write an HTML report with latency histograms to `FILE`")
 		return func(ctx context.Context, args []string, std streams) error {

@@ -14,9 +14,19 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/bytesize"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/server"
 )
+
+// diskIOFlag defines a disk I/O quota flag (sandbox.ParseDiskIO) whose
+// default is *d.
+func diskIOFlag(fs *flag.FlagSet, d *isolation.DiskIO, name, usage string) {
+	fs.Func(name, usage+" (default "+sandbox.FormatDiskIO(*d)+")", func(s string) (err error) {
+		*d, err = sandbox.ParseDiskIO(s)
+		return err
+	})
+}
 
 var serveCommand = &command{
 	name:    "serve",
@@ -56,8 +66,7 @@ Environment:
 			return err
 		})
 		fs.Var(funcValue{set: func(v string) error { return parseMaxSandboxes(v, &cfg.MaxSandboxes) }, get: func() string { return formatMaxSandboxes(cfg.MaxSandboxes) }},
-			"max-sandboxes", "most sandboxes running at once, warm pool members included: `N`, 0 for no cap, or auto: the host's memory less an eighth (at least 1GiB) kept for the host, over the "+
-				bytesize.Format(sandbox.DefaultMemoryMB<<20)+" each sandbox may use"+hostMaxSandboxes())
+			"max-sandboxes", "most sandboxes running at once, warm pool members included: `N`, 0 for no cap, or auto: the host's memory less an eighth (at least 1GiB) kept for the host, over the --memory-mb each sandbox may use"+hostMaxSandboxes(cfg.MemoryMB))
 		fs.Var(funcValue{set: func(v string) (err error) { cfg.DiskReserve, err = sandbox.ParseDiskReserve(v); return err }, get: cfg.DiskReserve.String},
 			"disk-reserve", "free disk kept under DIR/sandboxes: a create is refused (507) while less than this plus the sandbox's disk size is free; `SIZE` like 4GiB, or a percentage of the file system like 5%")
 		fs.Var(funcValue{set: func(v string) (err error) { cfg.PausedRetention, err = parseRetention(v); return err }, get: func() string { return formatRetention(cfg.PausedRetention) }},
@@ -73,6 +82,12 @@ Environment:
 			"max-build-context", "most bytes an uploaded template build context may hold, both uploaded and as a tar uncompressed (a gzip bomb is refused with 413): `SIZE`")
 		fs.BoolVar(&cfg.NoNewPrivs, "no-new-privs", false, "set no_new_privs in every sandbox: setuid programs such as sudo stop raising privileges, so templates' passwordless sudo no longer works (see docs/SECURITY.md)")
 		fs.IntVar(&cfg.MaxConnsPerSandbox, "max-conns-per-sandbox", cfg.MaxConnsPerSandbox, "most `N` entries each sandbox may hold in the host's conntrack table (its connections out and to the DNS filter and proxy); new ones beyond are dropped; 0 = no cap")
+		fs.IntVar(&cfg.CPUCount, "cpu-count", cfg.CPUCount, "`CPUS` of each sandbox whose template sets no cpuCount (what nproc shows in it)")
+		fs.IntVar(&cfg.MaxCPUCount, "max-cpu-count", cfg.MaxCPUCount, "most `CPUS` a template may give its sandboxes, by default this host's count; a template asking for more is refused; 0 = no maximum")
+		fs.IntVar(&cfg.MemoryMB, "memory-mb", cfg.MemoryMB, "memory in `MIB` of each sandbox whose template sets no memoryMB")
+		fs.IntVar(&cfg.MaxMemoryMB, "max-memory-mb", cfg.MaxMemoryMB, "most memory in `MIB` a template may give its sandboxes; a template asking for more is refused; 0 = no maximum")
+		diskIOFlag(fs, &cfg.DiskIO, "disk-io", "each sandbox's disk I/O cap where its template sets none, `CAPS` like read=200,write=100,read-iops=4000,write-iops=2000 (MiB/s and I/O per second; a key left out is uncapped; none)")
+		diskIOFlag(fs, &cfg.MaxDiskIO, "max-disk-io", "most disk I/O a template may give its sandboxes, `CAPS` as for --disk-io; none = no maximum")
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var registries []string
 		fs.Func("registry", "`HOST[:PORT]` of a registry fromImage may pull from although it resolves to a loopback, private, link-local or this host's address (refused otherwise); repeat for more; without PORT any port; default none", func(s string) error {
@@ -133,8 +148,8 @@ func formatMaxSandboxes(n int) string {
 }
 
 // hostMaxSandboxes says what auto is on this host, for --help.
-func hostMaxSandboxes() string {
-	n, err := server.HostMaxSandboxes()
+func hostMaxSandboxes(memoryMB int) string {
+	n, err := server.HostMaxSandboxes(memoryMB)
 	if err != nil {
 		return ""
 	}

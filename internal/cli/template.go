@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/server"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 	"github.com/agent-sandbox/agent-sandbox/internal/template/dockerfile"
@@ -73,11 +74,20 @@ Example:
 		noCache := fs.Bool("no-cache", false, "rerun every step; the template it starts from is still reused")
 		mirror := fs.String("mirror", "", "Debian mirror `URL` for FROM debian:<suite> and built-in templates; default "+template.DefaultMirror)
 		verbose := fs.Bool("verbose", false, "also print the build log, with each step's output, on standard error")
+		var res template.Spec // only its resources
+		fs.IntVar(&res.CPUCount, "cpu-count", 0, "`CPUS` of each sandbox of the template (default: serve --cpu-count)")
+		fs.IntVar(&res.MemoryMB, "memory-mb", 0, "memory in `MIB` of each sandbox of the template (default: serve --memory-mb)")
+		fs.Func("disk-io", "disk I/O `CAPS` of each sandbox of the template, as serve --disk-io takes them (default: serve's)", func(s string) error {
+			d, err := sandbox.ParseDiskIO(s)
+			res.DiskIO = template.DiskIO{ReadMiBps: int(d.ReadBytesPerSec >> 20), WriteMiBps: int(d.WriteBytesPerSec >> 20),
+				ReadIOPS: int(d.ReadIOPS), WriteIOPS: int(d.WriteIOPS)}
+			return err
+		})
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) == 0 || len(args) > 2 {
 				return errors.New("want NAME and optionally CONTEXT_DIR")
 			}
-			req := buildRequest{name: args[0], file: file, buildArgs: buildArgs, noCache: *noCache}
+			req := buildRequest{name: args[0], file: file, buildArgs: buildArgs, noCache: *noCache, resources: res}
 			if len(args) == 2 {
 				req.contextDir = args[1]
 			}
@@ -97,6 +107,7 @@ type buildRequest struct {
 	contextDir string // empty means the Dockerfile's directory
 	buildArgs  map[string]string
 	noCache    bool
+	resources  template.Spec // CPUCount, MemoryMB and DiskIO for the spec
 }
 
 // resolve fills in the defaults of the Dockerfile and context paths.
@@ -140,6 +151,7 @@ func buildTemplate(ctx context.Context, b *template.Builder, req buildRequest, s
 	} else if err != nil {
 		return fmt.Errorf("%s: %w", req.file, err)
 	}
+	res.Spec.CPUCount, res.Spec.MemoryMB, res.Spec.DiskIO = req.resources.CPUCount, req.resources.MemoryMB, req.resources.DiskIO
 	if req.noCache && len(res.Spec.Instructions) > 0 {
 		// A forced step reruns, and so does every step after it.
 		res.Spec.Instructions[0].Force = true

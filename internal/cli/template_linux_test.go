@@ -195,6 +195,26 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 		t.Errorf("rebuild output:\n%s", res.stdout)
 	}
 
+	// Resources are the template's own: a new version, every step cached.
+	res = build(t, "--cpu-count", "1", "--memory-mb", "768", "--disk-io", "write=20,read-iops=100", "web")
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	sized, err := b.Lookup("web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sized.Spec; sized.ID == first.ID || got.CPUCount != 1 || got.MemoryMB != 768 ||
+		got.DiskIO != (template.DiskIO{WriteMiBps: 20, ReadIOPS: 100}) {
+		t.Errorf("with resource flags: %s, cpu %d, memory %d, disk I/O %+v", sized.ID, got.CPUCount, got.MemoryMB, got.DiskIO)
+	}
+	if ran, _ := stepsRun(res.stderr, steps); len(ran) != 0 {
+		t.Errorf("a resources-only change ran steps %v", ran)
+	}
+	if res = runCLI(t, "", "template", "rm", "--data-dir", data, sized.ID); res.err != nil {
+		t.Fatal(res.err)
+	}
+
 	// One RUN changed (step 4): it and the steps after it run again.
 	writeTree(t, ctxDir, map[string]string{
 		"Dockerfile": strings.Replace(testDockerfile, "RUN id -u > /uid-at-build", "RUN echo changed > /uid-at-build", 1),

@@ -64,6 +64,15 @@ type Resources struct {
 	MemoryMB   int
 	DiskSizeMB int
 	Pids       int
+	// DiskIO caps the sandbox's I/O on its own disk. Its zero fields are
+	// no cap: the manager fills in the operator's defaults.
+	DiskIO DiskIO
+}
+
+// DiskIO is a disk I/O quota, each way; zero is no cap.
+type DiskIO struct {
+	ReadBytesPerSec, WriteBytesPerSec uint64
+	ReadIOPS, WriteIOPS               uint64
 }
 
 // Instance is one running (or paused) sandbox.

@@ -55,7 +55,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if err := m.checkDisk(m.cfg.DefaultDisk); err != nil {
+	res, err := m.resources(tmpl)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := m.checkDisk(res.DiskSizeMB); err != nil {
 		return store.Sandbox{}, err
 	}
 
@@ -66,9 +70,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		State:               store.StateStarting,
 		StartedAt:           now,
 		EndAt:               now.Add(req.Timeout),
-		CPUCount:            m.cfg.DefaultCPU,
-		MemoryMB:            m.cfg.DefaultMemory,
-		DiskSizeMB:          m.cfg.DefaultDisk,
+		CPUCount:            res.CPUCount,
+		MemoryMB:            res.MemoryMB,
+		DiskSizeMB:          res.DiskSizeMB,
 		Metadata:            req.Metadata,
 		EnvVars:             req.EnvVars,
 		AllowInternetAccess: req.AllowInternetAccess,
@@ -94,7 +98,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	log := m.log.With("sandbox_id", rec.ID)
 	log.Info("creating sandbox", "template", tmpl.ID)
-	inst, err := m.boot(ctx, rec, tmpl, log)
+	inst, err := m.boot(ctx, rec, tmpl, res, log)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
@@ -137,11 +141,11 @@ func (m *Manager) abort(ctx context.Context, id string, inst isolation.Instance,
 	return err
 }
 
-// boot starts the recorded sandbox rec of tmpl on the backend and attaches
-// its network; envd runs in it, not yet initialised, and requires rec's
-// access token from its first request. On error everything is undone and
-// recorded.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, log *slog.Logger) (isolation.Instance, error) {
+// boot starts the recorded sandbox rec of tmpl with res on the backend
+// and attaches its network; envd runs in it, not yet initialised, and
+// requires rec's access token from its first request. On error everything
+// is undone and recorded.
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, res isolation.Resources, log *slog.Logger) (isolation.Instance, error) {
 	inst, err := m.cfg.Backend.Start(ctx, isolation.Spec{
 		ID:       rec.ID,
 		RootFS:   tmpl.RootFS,
@@ -151,11 +155,7 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Te
 		// Required from envd's first request: a pool member's envd,
 		// waiting for its /init, answers nobody but this manager.
 		EnvdAccessToken: rec.EnvdAccessToken,
-		Resources: isolation.Resources{
-			CPUCount:   rec.CPUCount,
-			MemoryMB:   rec.MemoryMB,
-			DiskSizeMB: rec.DiskSizeMB,
-		},
+		Resources:       res,
 	})
 	if err != nil {
 		return nil, m.abort(ctx, rec.ID, nil, log, "starting", err)

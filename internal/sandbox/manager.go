@@ -71,6 +71,13 @@ type Config struct {
 	DefaultDisk   int           // MB, default 1024
 	Now           func() time.Time
 
+	// DefaultDiskIO caps each sandbox's I/O on its disk where its template
+	// does not; zero fields: no cap.
+	DefaultDiskIO isolation.DiskIO
+	// Max bounds what a template may give its sandboxes: a create from a
+	// template above it is refused.
+	Max Maxima
+
 	// WarmPools sizes the warm pool of each template, by name (pool.go);
 	// none when empty.
 	WarmPools map[string]PoolSize

@@ -363,7 +363,11 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("looking up template %q: %w", name, err)
 	}
-	if err := m.checkDisk(m.cfg.DefaultDisk); err != nil {
+	res, err := m.resources(tmpl)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.checkDisk(res.DiskSizeMB); err != nil {
 		return nil, err
 	}
 	rec, err := m.record(ctx, store.Sandbox{
@@ -371,9 +375,9 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 		Alias:      tmpl.Name,
 		State:      store.StateStarting,
 		StartedAt:  m.cfg.Now(),
-		CPUCount:   m.cfg.DefaultCPU,
-		MemoryMB:   m.cfg.DefaultMemory,
-		DiskSizeMB: m.cfg.DefaultDisk,
+		CPUCount:   res.CPUCount,
+		MemoryMB:   res.MemoryMB,
+		DiskSizeMB: res.DiskSizeMB,
 		Backend:    m.cfg.Backend.Name(),
 		// The member's own, until a create replaces it with the
 		// request's; nothing but this manager knows it.
@@ -383,7 +387,7 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 		return nil, err
 	}
 	log := m.log.With("sandbox_id", rec.ID)
-	inst, err := m.boot(ctx, rec, tmpl, log)
+	inst, err := m.boot(ctx, rec, tmpl, res, log)
 	if err != nil {
 		return nil, err
 	}

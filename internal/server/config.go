@@ -8,12 +8,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
@@ -81,6 +83,13 @@ type Config struct {
 	// conntrack table (network.FirewallConfig.MaxConnsPerSandbox); 0 = no
 	// cap.
 	MaxConnsPerSandbox int
+
+	// CPUCount, MemoryMB and DiskIO are each sandbox's resources where its
+	// template does not set them; the Max fields bound what a template may
+	// set (a template above one is refused, at build and at create).
+	CPUCount, MaxCPUCount int
+	MemoryMB, MaxMemoryMB int
+	DiskIO, MaxDiskIO     isolation.DiskIO
 }
 
 // Defaults of DefaultConfig.
@@ -99,6 +108,22 @@ const (
 // DefaultDiskReserve is the default Config.DiskReserve.
 var DefaultDiskReserve = sandbox.DiskReserve{Percent: 5}
 
+// Resource defaults and maxima of DefaultConfig; the CPU ones depend on
+// the host (a sandbox cannot have more CPUs than nproc shows the server).
+const (
+	DefaultCPUCount    = 2
+	DefaultMemoryMB    = 512
+	DefaultMaxMemoryMB = 8192
+)
+
+// Default disk I/O quotas per sandbox, each way: the default leaves a
+// neighbour's small fsync writes within 3× of their latency alone (see
+// docs/PERFORMANCE.md); the maximum is 5× it.
+var (
+	DefaultDiskIO    = isolation.DiskIO{ReadBytesPerSec: 200 << 20, WriteBytesPerSec: 100 << 20, ReadIOPS: 4000, WriteIOPS: 2000}
+	DefaultMaxDiskIO = isolation.DiskIO{ReadBytesPerSec: 1000 << 20, WriteBytesPerSec: 500 << 20, ReadIOPS: 20000, WriteIOPS: 10000}
+)
+
 // DefaultConfig returns the embedded defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -110,6 +135,12 @@ func DefaultConfig() Config {
 		PausedRetention:    sandbox.DefaultPausedRetention,
 		MaxBuildContext:    DefaultMaxBuildContext,
 		MaxConnsPerSandbox: DefaultMaxConnsPerSandbox,
+		CPUCount:           min(DefaultCPUCount, runtime.NumCPU()),
+		MaxCPUCount:        runtime.NumCPU(),
+		MemoryMB:           DefaultMemoryMB,
+		MaxMemoryMB:        DefaultMaxMemoryMB,
+		DiskIO:             DefaultDiskIO,
+		MaxDiskIO:          DefaultMaxDiskIO,
 	}
 }
 
@@ -127,14 +158,14 @@ func AutoMaxSandboxes(memTotalMB, perSandboxMB int) int {
 	return max(1, (memTotalMB-max(memTotalMB/8, 1024))/perSandboxMB)
 }
 
-// HostMaxSandboxes is AutoMaxSandboxes for this host and the default
-// sandbox memory.
-func HostMaxSandboxes() (int, error) {
+// HostMaxSandboxes is AutoMaxSandboxes for this host when each sandbox
+// may use memoryMB.
+func HostMaxSandboxes(memoryMB int) (int, error) {
 	mem, err := hostMemoryMB("/proc/meminfo")
 	if err != nil {
 		return 0, err
 	}
-	return AutoMaxSandboxes(mem, sandbox.DefaultMemoryMB), nil
+	return AutoMaxSandboxes(mem, memoryMB), nil
 }
 
 // hostMemoryMB reads MemTotal from a /proc/meminfo.
@@ -181,9 +212,12 @@ func (c *Config) Validate() error {
 	if c.BandwidthMbit < 0 {
 		return fmt.Errorf("--bandwidth-mbit %g: want 0 (unlimited) or more", c.BandwidthMbit)
 	}
+	if err := c.validateResources(); err != nil {
+		return err
+	}
 	switch {
 	case c.MaxSandboxes == MaxSandboxesAuto:
-		n, err := HostMaxSandboxes()
+		n, err := HostMaxSandboxes(c.MemoryMB)
 		if err != nil {
 			return fmt.Errorf("--max-sandboxes auto: %w (give a number)", err)
 		}
@@ -231,6 +265,40 @@ func (c *Config) Validate() error {
 		}
 	}
 	return nil
+}
+
+// validateResources checks that every default is positive and within its
+// maximum (a zero maximum is none).
+func (c *Config) validateResources() error {
+	for _, r := range []struct {
+		flag     string
+		def, max int
+	}{{"cpu-count", c.CPUCount, c.MaxCPUCount}, {"memory-mb", c.MemoryMB, c.MaxMemoryMB}} {
+		switch {
+		case r.def < 1:
+			return fmt.Errorf("--%s %d: want 1 or more", r.flag, r.def)
+		case r.max < 0:
+			return fmt.Errorf("--max-%s %d: want 0 (no maximum) or more", r.flag, r.max)
+		case r.max > 0 && r.def > r.max:
+			return fmt.Errorf("--%s %d is more than --max-%s %d", r.flag, r.def, r.flag, r.max)
+		}
+	}
+	d, m := c.DiskIO, c.MaxDiskIO
+	for _, pair := range [][2]uint64{
+		{d.ReadBytesPerSec, m.ReadBytesPerSec}, {d.WriteBytesPerSec, m.WriteBytesPerSec},
+		{d.ReadIOPS, m.ReadIOPS}, {d.WriteIOPS, m.WriteIOPS},
+	} {
+		if pair[1] != 0 && (pair[0] == 0 || pair[0] > pair[1]) {
+			return fmt.Errorf("--disk-io %s is not within --max-disk-io %s: a key with a maximum needs a default of at most it",
+				sandbox.FormatDiskIO(d), sandbox.FormatDiskIO(m))
+		}
+	}
+	return nil
+}
+
+// maxima is what the manager and the template API bound templates with.
+func (c *Config) maxima() sandbox.Maxima {
+	return sandbox.Maxima{CPUCount: c.MaxCPUCount, MemoryMB: c.MaxMemoryMB, DiskIO: c.MaxDiskIO}
 }
 
 // deriveDomain makes the domain clients use from the listen address: a

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -34,6 +36,13 @@ func TestConfigValidate(t *testing.T) {
 		{name: "missing code interpreter", cfg: Config{Listen: "127.0.0.1:3000", CodeInterpPath: "/nonexistent/codeinterp"}, wantErr: true},
 		{name: "built-in templates", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"code-interpreter-v1"}}, wantDomain: "localhost:3000"},
 		{name: "unknown template", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"nope"}}, wantErr: true},
+		{name: "cpu default above its maximum", cfg: Config{Listen: "127.0.0.1:3000", CPUCount: 4, MaxCPUCount: 2}, wantErr: true},
+		{name: "memory default above its maximum", cfg: Config{Listen: "127.0.0.1:3000", MemoryMB: 4096, MaxMemoryMB: 1024}, wantErr: true},
+		{name: "no maxima", cfg: Config{Listen: "127.0.0.1:3000", CPUCount: 64, MaxCPUCount: 0, MemoryMB: 1 << 20}, wantDomain: "localhost:3000"},
+		{name: "uncapped disk I/O under a maximum", cfg: Config{Listen: "127.0.0.1:3000", DiskIO: isolation.DiskIO{ReadIOPS: 1},
+			MaxDiskIO: isolation.DiskIO{WriteIOPS: 100}}, wantErr: true},
+		{name: "disk I/O default above its maximum", cfg: Config{Listen: "127.0.0.1:3000", DiskIO: isolation.DiskIO{WriteIOPS: 200},
+			MaxDiskIO: isolation.DiskIO{WriteIOPS: 100}}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,6 +52,13 @@ func TestConfigValidate(t *testing.T) {
 			}
 			if cfg.EnvdPath == "" {
 				cfg.EnvdPath = envd
+			}
+			def := DefaultConfig()
+			if cfg.CPUCount == 0 {
+				cfg.CPUCount, cfg.MaxCPUCount = def.CPUCount, def.MaxCPUCount
+			}
+			if cfg.MemoryMB == 0 {
+				cfg.MemoryMB, cfg.MaxMemoryMB = def.MemoryMB, def.MaxMemoryMB
 			}
 			err := cfg.Validate()
 			if (err != nil) != tt.wantErr {
@@ -105,7 +121,7 @@ func TestDefaultsValidate(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	want, err := HostMaxSandboxes()
+	want, err := HostMaxSandboxes(cfg.MemoryMB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,5 +137,15 @@ func TestBackendConfig(t *testing.T) {
 		if jc.NoNewPrivs != on || jc.StateDir != "/srv/asb/sandboxes" || jc.Userns != "off" {
 			t.Errorf("NoNewPrivs %v: jail config %+v", on, jc)
 		}
+	}
+}
+
+func TestDefaultResourcesValid(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.validateResources(); err != nil {
+		t.Fatalf("the default resources: %v", err)
+	}
+	if c.CPUCount < 1 || c.CPUCount > c.MaxCPUCount {
+		t.Errorf("default %d CPUs, at most %d", c.CPUCount, c.MaxCPUCount)
 	}
 }

@@ -115,6 +115,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		DiskDir:         sandboxesDir(cfg),
 		DiskReserve:     cfg.DiskReserve,
 		PausedRetention: cfg.PausedRetention,
+		DefaultCPU:      cfg.CPUCount,
+		DefaultMemory:   cfg.MemoryMB,
+		DefaultDiskIO:   cfg.DiskIO,
+		Max:             cfg.maxima(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
@@ -124,6 +128,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Records:         st,
 		MaxContextBytes: cfg.MaxBuildContext,
 		Log:             log.With("component", "template-api"),
+		Max:             cfg.maxima(),
+		SandboxDiskMB:   sandbox.DefaultDiskMB,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}

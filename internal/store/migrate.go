@@ -89,6 +89,13 @@ CREATE TABLE template_tags (
 ALTER TABLE sandboxes ADD COLUMN secure INTEGER NOT NULL DEFAULT 0 CHECK (secure IN (0, 1));
 UPDATE sandboxes SET secure = 1 WHERE envd_access_token != '';
 `,
+	// 4: the resources a template build gives its sandboxes (E2B's
+	// cpuCount and memoryMB of POST /v3/templates); 0 is the server's
+	// default.
+	`
+ALTER TABLE template_builds ADD COLUMN cpu_count INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE template_builds ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,

@@ -41,6 +41,8 @@ type TemplateBuild struct {
 	Status   BuildStatus
 	// Tags are given to the build when it succeeds.
 	Tags []string
+	// Resources are what the built template gives its sandboxes.
+	Resources BuildResources
 	// VersionID is the built template's ID in the template cache; set
 	// when Status is BuildReady.
 	VersionID  string
@@ -48,6 +50,13 @@ type TemplateBuild struct {
 	CreatedAt  time.Time
 	StartedAt  time.Time // zero until triggered
 	FinishedAt time.Time // zero until ready or failed
+}
+
+// BuildResources are a build's cpuCount and memoryMB; 0 is the server's
+// default.
+type BuildResources struct {
+	CPUCount int
+	MemoryMB int
 }
 
 // BuildReason says why a build failed.
@@ -84,7 +93,7 @@ type TemplateTag struct {
 }
 
 const buildColumns = `id, template, status, tags, version_id, reason_message, reason_step, reason_logs,
-	created_at, started_at, finished_at`
+	created_at, started_at, finished_at, cpu_count, memory_mb`
 
 func scanBuild(row scanner) (TemplateBuild, error) {
 	var (
@@ -93,7 +102,7 @@ func scanBuild(row scanner) (TemplateBuild, error) {
 		created, started, finishedAt sql.NullInt64
 	)
 	err := row.Scan(&b.ID, &b.Template, &b.Status, &tags, &b.VersionID, &b.Reason.Message, &b.Reason.Step,
-		&reasonLogs, &created, &started, &finishedAt)
+		&reasonLogs, &created, &started, &finishedAt, &b.Resources.CPUCount, &b.Resources.MemoryMB)
 	if err != nil {
 		return TemplateBuild{}, err
 	}
@@ -117,12 +126,15 @@ func newUUID() string {
 }
 
 // CreateTemplateBuild records a new, waiting build of template that will
-// carry tags once ready.
-func (s *Store) CreateTemplateBuild(ctx context.Context, template string, tags []string) (TemplateBuild, error) {
+// carry tags once ready and give its sandboxes res.
+func (s *Store) CreateTemplateBuild(ctx context.Context, template string, tags []string, res BuildResources) (TemplateBuild, error) {
 	if template == "" || len(tags) == 0 {
 		return TemplateBuild{}, fmt.Errorf("creating template build: template and tags are required: %w", ErrInvalid)
 	}
-	b := TemplateBuild{ID: newUUID(), Template: template, Status: BuildWaiting, Tags: tags, CreatedAt: s.now().UTC()}
+	if res.CPUCount < 0 || res.MemoryMB < 0 {
+		return TemplateBuild{}, fmt.Errorf("creating template build: negative resources %+v: %w", res, ErrInvalid)
+	}
+	b := TemplateBuild{ID: newUUID(), Template: template, Status: BuildWaiting, Tags: tags, Resources: res, CreatedAt: s.now().UTC()}
 	tagJSON, err := json.Marshal(tags)
 	if err != nil {
 		return TemplateBuild{}, err
@@ -132,8 +144,8 @@ func (s *Store) CreateTemplateBuild(ctx context.Context, template string, tags [
 		return TemplateBuild{}, err
 	}
 	err = s.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO template_builds (id, template, status, tags, created_at) VALUES (?, ?, ?, ?, ?)`,
-			b.ID, b.Template, b.Status, string(tagJSON), created)
+		_, err := tx.ExecContext(ctx, `INSERT INTO template_builds (id, template, status, tags, created_at, cpu_count, memory_mb)
+			VALUES (?, ?, ?, ?, ?, ?, ?)`, b.ID, b.Template, b.Status, string(tagJSON), created, res.CPUCount, res.MemoryMB)
 		return err
 	})
 	if err != nil {

@@ -18,7 +18,7 @@ func TestTemplateBuildLifecycle(t *testing.T) {
 	if known, err := s.TemplateKnown(ctx, "demo"); err != nil || known {
 		t.Fatalf("TemplateKnown before any build: %v, %v", known, err)
 	}
-	b, err := s.CreateTemplateBuild(ctx, "demo", []string{"default", "v1"})
+	b, err := s.CreateTemplateBuild(ctx, "demo", []string{"default", "v1"}, BuildResources{CPUCount: 4, MemoryMB: 1024})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +27,12 @@ func TestTemplateBuildLifecycle(t *testing.T) {
 	}
 	if known, _ := s.TemplateKnown(ctx, "demo"); !known {
 		t.Error("TemplateKnown after a build request: false")
+	}
+	if got, err := s.GetTemplateBuild(ctx, "demo", b.ID); err != nil || got.Resources != (BuildResources{CPUCount: 4, MemoryMB: 1024}) {
+		t.Errorf("stored build resources: %+v, %v; want 4 CPUs and 1024 MB", got.Resources, err)
+	}
+	if _, err := s.CreateTemplateBuild(ctx, "demo", []string{"default"}, BuildResources{CPUCount: -1}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("negative cpu count: %v, want ErrInvalid", err)
 	}
 	if _, err := s.GetTemplateBuild(ctx, "other", b.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("build under another template: %v, want ErrNotFound", err)
@@ -55,7 +61,7 @@ func TestTemplateBuildLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := TemplateBuild{ID: b.ID, Template: "demo", Status: BuildReady, Tags: []string{"default", "v1"},
+	want := TemplateBuild{ID: b.ID, Template: "demo", Status: BuildReady, Tags: []string{"default", "v1"}, Resources: BuildResources{CPUCount: 4, MemoryMB: 1024},
 		VersionID: "demo-0123456789ab", Reason: BuildReason{LogTail: []string{}},
 		CreatedAt: now.Add(-time.Minute), StartedAt: now.Add(-time.Minute), FinishedAt: now}
 	if diff := cmp.Diff(want, got); diff != "" {
@@ -72,7 +78,7 @@ func TestTemplateBuildLifecycle(t *testing.T) {
 	}
 
 	// A second build that fails keeps the tags where they were.
-	b2, _ := s.CreateTemplateBuild(ctx, "demo", []string{"default"})
+	b2, _ := s.CreateTemplateBuild(ctx, "demo", []string{"default"}, BuildResources{})
 	s.StartTemplateBuild(ctx, "demo", b2.ID)
 	reason := BuildReason{Message: "step 2 failed", Step: "2", LogTail: []string{"boom"}}
 	if err := s.FinishTemplateBuild(ctx, b2.ID, BuildResult{Status: BuildError, Reason: reason}); err != nil {
@@ -110,8 +116,8 @@ func TestTemplateBuildLifecycle(t *testing.T) {
 func TestFailUnfinishedTemplateBuilds(t *testing.T) {
 	s, _ := openTest(t)
 	ctx := context.Background()
-	waiting, _ := s.CreateTemplateBuild(ctx, "a", []string{"default"})
-	building, _ := s.CreateTemplateBuild(ctx, "a", []string{"default"})
+	waiting, _ := s.CreateTemplateBuild(ctx, "a", []string{"default"}, BuildResources{})
+	building, _ := s.CreateTemplateBuild(ctx, "a", []string{"default"}, BuildResources{})
 	if err := s.StartTemplateBuild(ctx, "a", building.ID); err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,16 @@ type Spec struct {
 	// the create request does not (network.bandwidth); 0 leaves the
 	// server's default. The server's limit bounds it either way.
 	BandwidthMbit float64 `json:"bandwidthMbit,omitempty"`
+	// CPUCount and MemoryMB are what every sandbox of the template gets
+	// (E2B's template resources); 0 leaves the server's default. The
+	// server's maxima bound them: a template above one is refused (at
+	// build through the API, at create), never lowered.
+	CPUCount int `json:"cpuCount,omitempty"`
+	MemoryMB int `json:"memoryMB,omitempty"`
+	// DiskIO caps each of the template's sandboxes' I/O on its own disk;
+	// a zero field leaves the server's default, and the server's maxima
+	// bound it as they do CPUCount.
+	DiskIO DiskIO `json:"diskIO,omitzero"`
 	// StartCmd, when set, runs in every sandbox of the template once envd
 	// is initialised (bash -l -c, as root, in the background): the
 	// template's service, such as the code interpreter server.
@@ -70,6 +80,15 @@ type Spec struct {
 	// ReadyPort, when set, is where that service listens: a create
 	// returns only once something in the sandbox accepts connections there.
 	ReadyPort int `json:"readyPort,omitempty"`
+}
+
+// DiskIO is a disk I/O quota per sandbox, each way, in MiB/s and I/O
+// operations/s. Zero fields leave the server's defaults.
+type DiskIO struct {
+	ReadMiBps  int `json:"readMiBps,omitempty"`
+	WriteMiBps int `json:"writeMiBps,omitempty"`
+	ReadIOPS   int `json:"readIOPS,omitempty"`
+	WriteIOPS  int `json:"writeIOPS,omitempty"`
 }
 
 // Step is one declarative post-install step. Exactly one field is set.
@@ -200,6 +219,18 @@ func (s Spec) Validate() error {
 	}
 	if s.BandwidthMbit < 0 {
 		return fmt.Errorf("template %s: bandwidth %g Mbit/s is negative", s.Name, s.BandwidthMbit)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"cpuCount", s.CPUCount}, {"memoryMB", s.MemoryMB},
+		{"diskIO.readMiBps", s.DiskIO.ReadMiBps}, {"diskIO.writeMiBps", s.DiskIO.WriteMiBps},
+		{"diskIO.readIOPS", s.DiskIO.ReadIOPS}, {"diskIO.writeIOPS", s.DiskIO.WriteIOPS},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("template %s: %s %d is negative", s.Name, f.name, f.v)
+		}
 	}
 	for i, st := range s.Steps {
 		if err := st.validate(); err != nil {

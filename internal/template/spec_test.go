@@ -78,6 +78,10 @@ func TestHashChanges(t *testing.T) {
 		{"workdir", func(s *Spec) { s.Workdir = "/root" }},
 		{"env value", func(s *Spec) { s.Env["A"] = "2" }},
 		{"env key", func(s *Spec) { s.Env["B"] = "1" }},
+		{"cpu count", func(s *Spec) { s.CPUCount = 4 }},
+		{"memory", func(s *Spec) { s.MemoryMB = 2048 }},
+		{"disk write rate", func(s *Spec) { s.DiskIO.WriteMiBps = 50 }},
+		{"disk read IOPS", func(s *Spec) { s.DiskIO.ReadIOPS = 500 }},
 	}
 	seen := map[string]string{base: "unchanged"}
 	for _, tt := range tests {
@@ -134,6 +138,9 @@ func TestValidate(t *testing.T) {
 		{"bad image", func(s *Spec) { *s = Spec{Name: "x", FromImage: "Alpine"} }, "image reference"},
 		{"relative image tarball", func(s *Spec) { *s = Spec{Name: "x", FromImage: "oci-archive:x.tar"} }, "absolute path"},
 		{"credentials without image", func(s *Spec) { s.RegistryAuth = &oci.Auth{Username: "u"} }, "registry credentials"},
+		{"negative cpu count", func(s *Spec) { s.CPUCount = -1 }, "cpuCount -1 is negative"},
+		{"negative memory", func(s *Spec) { s.MemoryMB = -5 }, "memoryMB -5 is negative"},
+		{"negative disk rate", func(s *Spec) { s.DiskIO.WriteMiBps = -1 }, "diskIO.writeMiBps -1 is negative"},
 	}
 	// From an image, as from a template, user and workdir may be left to it.
 	img := Spec{Name: "x", FromImage: "alpine:3.20", RegistryAuth: &oci.Auth{Username: "u", Password: "p"},

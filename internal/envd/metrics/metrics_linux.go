@@ -20,7 +20,10 @@ import (
 const cpuInterval = 100 * time.Millisecond
 
 // Sample measures the system now. It takes about 100 ms, to measure CPU use.
-// Inside a jail /proc reflects the host.
+// Inside a jail /proc reflects the host: memory comes from the sandbox's
+// cgroup (mounted at /sys/fs/cgroup) when it has a limit below the host's
+// memory, and the CPU count from the affinity mask, which the jail's cpu
+// set bounds.
 func Sample(ctx context.Context) (Snapshot, error) {
 	before, err := readCPU()
 	if err != nil {
@@ -40,6 +43,9 @@ func Sample(ctx context.Context) (Snapshot, error) {
 	mem, err := readMeminfo()
 	if err != nil {
 		return Snapshot{}, err
+	}
+	if cg, ok := readCgroupMemory(cgroupRoot); ok && cg.total < mem.total {
+		mem = cg
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs("/", &st); err != nil {
@@ -158,4 +164,45 @@ func parseMeminfo(r io.Reader) (memInfo, error) {
 		m.used = m.total - notUsed
 	}
 	return m, nil
+}
+
+// cgroupRoot is where the jail mounts the sandbox's cgroups.
+const cgroupRoot = "/sys/fs/cgroup"
+
+// readCgroupMemory reads the memory limit and use of the cgroup mounted at
+// root: cgroup2 (memory.max) or v1's memory hierarchy at root/memory
+// (memory.limit_in_bytes). Used is what is charged less the page cache, as
+// free reckons it. ok is false without a cgroup or a limit.
+func readCgroupMemory(root string) (m memInfo, ok bool) {
+	files := [3]string{"memory.max", "memory.current", "memory.stat"}
+	cacheKey := "file"
+	if _, err := os.Stat(root + "/memory.max"); err != nil {
+		root += "/memory"
+		files = [3]string{"memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat"}
+		cacheKey = "total_cache"
+	}
+	var v [2]uint64
+	for i, f := range files[:2] {
+		b, err := os.ReadFile(root + "/" + f)
+		if err != nil {
+			return memInfo{}, false
+		}
+		s := strings.TrimSpace(string(b))
+		if s == "max" {
+			return memInfo{}, false
+		}
+		if v[i], err = strconv.ParseUint(s, 10, 64); err != nil {
+			return memInfo{}, false
+		}
+	}
+	m.total, m.used = v[0], v[1]
+	if b, err := os.ReadFile(root + "/" + files[2]); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, val, ok := strings.Cut(line, " "); ok && k == cacheKey {
+				m.cache, _ = strconv.ParseUint(val, 10, 64)
+			}
+		}
+	}
+	m.used -= min(m.used, m.cache)
+	return m, m.total > 0
 }

@@ -3,6 +3,8 @@ package metrics
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +126,53 @@ func TestSampleCanceled(t *testing.T) {
 	cancel()
 	if _, err := Sample(ctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("Sample(canceled ctx) err = %v, want context.Canceled", err)
+	}
+}
+
+func TestReadCgroupMemory(t *testing.T) {
+	tests := []struct {
+		name   string
+		files  map[string]string // relative to the cgroup root
+		want   memInfo
+		wantOK bool
+	}{
+		{
+			name: "v2",
+			files: map[string]string{
+				"memory.max": "536870912\n", "memory.current": "104857600\n",
+				"memory.stat": "anon 1\nfile 4194304\nkernel 3\n",
+			},
+			want:   memInfo{total: 512 << 20, used: 96 << 20, cache: 4 << 20},
+			wantOK: true,
+		},
+		{
+			name: "v1",
+			files: map[string]string{
+				"memory/memory.limit_in_bytes": "314572800\n", "memory/memory.usage_in_bytes": "20971520\n",
+				"memory/memory.stat": "cache 1\ntotal_cache 10485760\n",
+			},
+			want:   memInfo{total: 300 << 20, used: 10 << 20, cache: 10 << 20},
+			wantOK: true,
+		},
+		{name: "v2 without a limit", files: map[string]string{"memory.max": "max\n", "memory.current": "1\n"}},
+		{name: "no cgroup mounted", files: map[string]string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			for name, content := range tt.files {
+				p := filepath.Join(root, name)
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, ok := readCgroupMemory(root)
+			if ok != tt.wantOK || got != tt.want {
+				t.Errorf("readCgroupMemory = %+v, %v; want %+v, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
 	}
 }

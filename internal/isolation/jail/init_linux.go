@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"syscall"
 
@@ -119,7 +120,7 @@ func InitMain(args []string) error {
 			return err
 		}
 	}
-	report(initStatus{EnvdPid: res.envdPid, Userns: res.userns, UsernsFallback: res.fallback, Finished: true})
+	report(initStatus{EnvdPid: res.envdPid, Userns: res.userns, UsernsFallback: res.fallback, DiskDev: res.diskDev, Finished: true})
 	return reap(res.envdPid)
 }
 
@@ -129,6 +130,7 @@ type setupResult struct {
 	logr     *os.File // the read end of envd's output
 	userns   bool     // envd runs in a user namespace
 	fallback string   // why not, when one was asked for and the host refused
+	diskDev  uint64   // the loop device of the sandbox's disk
 }
 
 // envdEnv is envd's environment.
@@ -170,6 +172,12 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 			}()
 			lower, base = cfg.LowerDir, int(cfg.Userns.Base)
 		}
+	}
+	if cfg.Disk != "" {
+		if res.diskDev, err = mountDisk(cfg.Disk, cfg.DiskDir); err != nil {
+			return res, err
+		}
+		cfg.Upper, cfg.Work = filepath.Join(cfg.DiskDir, "upper"), filepath.Join(cfg.DiskDir, "work")
 	}
 	if err := buildRoot(cfg, lower, base); err != nil {
 		return res, err

@@ -187,6 +187,7 @@ func (inst *Instance) stop(ctx context.Context) error {
 	errs = append(errs, inst.cg.Delete(ctx), releaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir))
 	tDisk := time.Now()
 	errs = append(errs, <-netDone, inst.b.ids.Release(inst.id))
+	inst.b.cpus.release(inst.state.CPUSet)
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("stopping sandbox %s: %w", inst.id, err)
 	}

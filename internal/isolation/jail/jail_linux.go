@@ -37,6 +37,7 @@ type Backend struct {
 	usernsWarned sync.Map // reasons already logged by warnNoUserns
 	disks        diskMaker
 	binaries     *binaryStore // what envd and the tools are mounted from
+	cpus         *cpuSets
 }
 
 var _ isolation.Backend = (*Backend)(nil)
@@ -56,7 +57,11 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w", err)
 	}
-	b := &Backend{cfg: cfg, ids: ids, binaries: &binaryStore{dir: BinariesDir(cfg.RunDir)}}
+	cpus, err := newCPUSets()
+	if err != nil {
+		return nil, fmt.Errorf("jail: %w", err)
+	}
+	b := &Backend{cfg: cfg, ids: ids, binaries: &binaryStore{dir: BinariesDir(cfg.RunDir)}, cpus: cpus}
 	on, reason, err := hostUsernsSupport(cfg.Userns)
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w", err)
@@ -186,10 +191,13 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	dNet := time.Since(tDisk) - dDisk
 
+	cpuSet := b.cpus.take(res.CPUCount)
+	undo.push(func(context.Context) error { b.cpus.release(cpuSet); return nil })
 	cg, err := cgroup.Create(b.cgroupName(spec.ID), cgroup.Limits{
 		CPUs:        float64(res.CPUCount),
 		MemoryBytes: int64(res.MemoryMB) << 20,
 		Pids:        int64(res.Pids),
+		CPUSet:      cpuSet,
 	})
 	if err != nil {
 		return nil, err
@@ -239,6 +247,8 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		Hostname:   hostname,
 		MemoryMB:   res.MemoryMB,
 		NoNewPrivs: b.cfg.NoNewPrivs,
+		CgroupV2:   cg.Mode() == cgroup.V2,
+		Cgroups:    cg.Controllers(),
 	}
 	if addrs.Gateway.IsValid() {
 		icfg.Nameserver = addrs.Gateway.String()
@@ -300,6 +310,10 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if err != nil {
 		return nil, err
 	}
+	// Before Start returns, so before anything but envd runs in it.
+	if err := limitDiskIO(cg, st.DiskDev, res.DiskIO); err != nil {
+		return nil, err
+	}
 	tInit := time.Now()
 	start, err := procStartTime(cmd.Process.Pid)
 	if err != nil {
@@ -307,7 +321,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	inst.state = state{
 		InitPid: cmd.Process.Pid, InitStart: start, Cgroup: cg.Name(), Netns: ns.Name(),
-		Dir: dir, CPUCount: res.CPUCount, Gateway: addrs.Gateway, Address: addrs.Sandbox,
+		Dir: dir, CPUCount: res.CPUCount, CPUSet: cpuSet, Gateway: addrs.Gateway, Address: addrs.Sandbox,
 	}
 	switch {
 	case st.Userns:
@@ -324,6 +338,22 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	log.Debug("sandbox started", "init_pid", cmd.Process.Pid, "envd_pid_in_sandbox", st.EnvdPid, "userns_base", inst.state.UsernsBase,
 		"total", time.Since(t0), "disk", dDisk, "netns", dNet, "init", tInit.Sub(t0), "envd", time.Since(tInit))
 	return inst, nil
+}
+
+// limitDiskIO caps the group's I/O on the sandbox's disk, the loop device
+// dev; a zero quota sets nothing.
+func limitDiskIO(cg *cgroup.Cgroup, dev uint64, q isolation.DiskIO) error {
+	if q == (isolation.DiskIO{}) {
+		return nil
+	}
+	if dev == 0 {
+		return errors.New("limiting disk I/O: init reported no disk device")
+	}
+	return cg.LimitIO(cgroup.IOLimit{
+		Major: unix.Major(dev), Minor: unix.Minor(dev),
+		ReadBPS: q.ReadBytesPerSec, WriteBPS: q.WriteBytesPerSec,
+		ReadIOPS: q.ReadIOPS, WriteIOPS: q.WriteIOPS,
+	})
 }
 
 // readStatus reads init's one status message, or fails when ctx ends first.
@@ -452,6 +482,7 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 			return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
 		}
 	}
+	b.cpus.reserve(st.CPUSet)
 	frozen, _ := cg.Frozen()
 	inst := &Instance{
 		b: b, id: id, cg: cg, ns: ns, dir: st.Dir, state: st, cpus: st.CPUCount,

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -46,14 +47,9 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 			return fmt.Errorf("path %q cannot be an overlay option", p)
 		}
 	}
-	// A one-shot run (Run) brings its upper and work directories.
+	// A one-shot run (Run) brings its upper and work directories; a
+	// sandbox's are on its disk (setupSandbox mounted it).
 	upper, work := cfg.Upper, cfg.Work
-	if cfg.Disk != "" {
-		if err := mountDisk(cfg.Disk, cfg.DiskDir); err != nil {
-			return err
-		}
-		upper, work = filepath.Join(cfg.DiskDir, "upper"), filepath.Join(cfg.DiskDir, "work")
-	}
 	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
@@ -148,6 +144,9 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 	if err := mountAt("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
 		return err
 	}
+	if err := mountCgroups(cfg, base); err != nil {
+		return err
+	}
 	if err := maskPaths(base); err != nil {
 		return err
 	}
@@ -169,6 +168,85 @@ func commonDir(paths ...string) string {
 		}
 	}
 	return dir
+}
+
+// roFlags are the flags of the read-only views of kernel state.
+const roFlags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+
+// mountCgroups mounts the sandbox's cgroups read-only at /sys/fs/cgroup,
+// as Docker does, so that its limits (memory.max, memory.limit_in_bytes,
+// cpu.max, io.max, ...) can be read inside: the cgroup namespace roots
+// each hierarchy at the sandbox's own group. On v1 it mounts only the
+// hierarchies the group lives in (others would show the server's groups),
+// each under the name the host gives it ("cpu,cpuacct" when comounted,
+// with a symlink per controller). Nothing in the sandbox may mount or
+// remount, so the views stay read-only.
+func mountCgroups(cfg *initConfig, base int) error {
+	const dir = "/sys/fs/cgroup"
+	if cfg.CgroupV2 {
+		if err := unix.Mount("cgroup2", dir, "cgroup2", roFlags, ""); err != nil {
+			return fmt.Errorf("mounting cgroup2 at %s: %w", dir, err)
+		}
+		return nil
+	}
+	if len(cfg.Cgroups) == 0 {
+		return nil
+	}
+	data, err := os.ReadFile("/proc/cgroups")
+	if err != nil {
+		return fmt.Errorf("listing cgroup hierarchies: %w", err)
+	}
+	hierarchies := v1Hierarchies(data, cfg.Cgroups)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=755,size=64k,"+ownedBy(base)); err != nil {
+		return fmt.Errorf("mounting tmpfs at %s: %w", dir, err)
+	}
+	for _, ctls := range hierarchies {
+		name := strings.Join(ctls, ",")
+		if err := mountAt("cgroup", filepath.Join(dir, name), "cgroup", roFlags, name, base); err != nil {
+			return err
+		}
+		for _, c := range ctls {
+			if c == name {
+				continue
+			}
+			if err := os.Symlink(name, filepath.Join(dir, c)); err != nil {
+				return fmt.Errorf("linking cgroup %s: %w", c, err)
+			}
+		}
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|roFlags, ""); err != nil {
+		return fmt.Errorf("making %s read-only: %w", dir, err)
+	}
+	return nil
+}
+
+// v1Hierarchies groups the controllers of the v1 hierarchies that hold any
+// of ctls, from /proc/cgroups (data; a hierarchy mounts only with all of
+// its controllers named), in the order of their first controller.
+func v1Hierarchies(data []byte, ctls []string) [][]string {
+	byID := map[string][]string{}
+	var ids []string
+	wanted := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || strings.HasPrefix(f[0], "#") || f[1] == "0" || f[3] != "1" {
+			continue
+		}
+		if _, ok := byID[f[1]]; !ok {
+			ids = append(ids, f[1])
+		}
+		byID[f[1]] = append(byID[f[1]], f[0])
+		if slices.Contains(ctls, f[0]) {
+			wanted[f[1]] = true
+		}
+	}
+	var out [][]string
+	for _, id := range ids {
+		if wanted[id] {
+			out = append(out, byID[id])
+		}
+	}
+	return out
 }
 
 // ownedBy is the tmpfs and devpts option giving a new file system's root
@@ -196,16 +274,17 @@ func attachBinary(tree int, guest string, base int) error {
 }
 
 // mountDisk attaches the image to a free loop device that detaches itself
-// once unmounted, and mounts it at dir.
-func mountDisk(image, dir string) error {
+// once unmounted, and mounts it at dir. It returns the device's number,
+// which the host's I/O limits name.
+func mountDisk(image, dir string) (uint64, error) {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("opening disk image: %w", err)
+		return 0, fmt.Errorf("opening disk image: %w", err)
 	}
 	defer img.Close()
 	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("opening loop control: %w", err)
+		return 0, fmt.Errorf("opening loop control: %w", err)
 	}
 	defer ctl.Close()
 	loopCfg := unix.LoopConfig{Fd: uint32(img.Fd())}
@@ -214,11 +293,11 @@ func mountDisk(image, dir string) error {
 	for try := 0; ; try++ {
 		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
 		if err != nil {
-			return fmt.Errorf("finding a free loop device: %w", err)
+			return 0, fmt.Errorf("finding a free loop device: %w", err)
 		}
 		dev, err := openLoop(n, filepath.Dir(dir))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		err = unix.IoctlLoopConfigure(int(dev.Fd()), &loopCfg)
 		if errors.Is(err, unix.EBUSY) && try < 100 {
@@ -227,16 +306,21 @@ func mountDisk(image, dir string) error {
 		}
 		if err != nil {
 			dev.Close()
-			return fmt.Errorf("attaching %s to %s: %w", image, dev.Name(), err)
+			return 0, fmt.Errorf("attaching %s to %s: %w", image, dev.Name(), err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(dev.Fd()), &st); err != nil {
+			dev.Close()
+			return 0, fmt.Errorf("reading the number of %s: %w", dev.Name(), err)
 		}
 		// With AUTOCLEAR the device detaches at its last close, so it stays
 		// open until the mount holds it.
 		err = unix.Mount(dev.Name(), dir, "ext4", unix.MS_NODEV, "")
 		dev.Close()
 		if err != nil {
-			return fmt.Errorf("mounting %s at %s: %w", dev.Name(), dir, err)
+			return 0, fmt.Errorf("mounting %s at %s: %w", dev.Name(), dir, err)
 		}
-		return nil
+		return st.Rdev, nil
 	}
 }
 

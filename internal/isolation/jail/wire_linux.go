@@ -14,6 +14,8 @@ type state struct {
 	Netns     string `json:"netns"`
 	Dir       string `json:"dir"`
 	CPUCount  int    `json:"cpu_count"`
+	// CPUSet is the CPUs the sandbox is pinned to; empty: all of them.
+	CPUSet []int `json:"cpu_set,omitempty"`
 	// Gateway and Address are the sandbox veth's lease (host end, eth0);
 	// zero without networking.
 	Gateway netip.Addr `json:"gateway,omitzero"`
@@ -40,6 +42,12 @@ type initConfig struct {
 	Nameserver    string      `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
 	NoNewPrivs    bool        `json:"no_new_privs"`
 	UnshareCgroup bool        `json:"unshare_cgroup"` // cgroup v1: after cgroup.Add
+	// CgroupV2 and Cgroups say which cgroup file systems init mounts,
+	// read-only, at /sys/fs/cgroup: cgroup2, or the hierarchies of these
+	// v1 controllers. The cgroup namespace roots each at the sandbox's
+	// group, so its limits show there.
+	CgroupV2 bool     `json:"cgroup_v2,omitempty"`
+	Cgroups  []string `json:"cgroups,omitempty"`
 	// Userns, when set, runs envd in a user namespace, with the template
 	// idmapped at LowerDir (a host path, empty dir) as the overlay's lower.
 	Userns   *usernsConfig `json:"userns,omitempty"`
@@ -68,7 +76,10 @@ type initStatus struct {
 	Userns  bool   `json:"userns,omitempty"` // envd runs in a user namespace
 	// UsernsFallback is why not, when one was asked for but refused.
 	UsernsFallback string `json:"userns_fallback,omitempty"`
-	Finished       bool   `json:"finished"`
+	// DiskDev is the number of the loop device holding the sandbox's
+	// disk, on which the host sets its I/O limits.
+	DiskDev  uint64 `json:"disk_dev,omitempty"`
+	Finished bool   `json:"finished"`
 	// ExitCode is how Run's command ended: its exit status, or 128 plus
 	// the signal that killed it.
 	ExitCode int `json:"exit_code,omitempty"`

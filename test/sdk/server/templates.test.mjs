@@ -97,6 +97,25 @@ describe('template build', () => {
     await assert.rejects(createFrom(alias), /not found/)
   })
 
+  test("a build's cpuCount and memoryMB are what its sandboxes get: nproc, the memory limit inside, getInfo", { timeout: 200_000 }, async () => {
+    const alias = 'sdk-test-resources'
+    await Template.build(Template().fromTemplate('base').runCmd('true'), alias, { cpuCount: 1, memoryMB: 768 })
+    const sbx = await createFrom(alias)
+    assert.equal((await sbx.commands.run('nproc')).stdout, '1\n')
+    const limit = await sbx.commands.run('cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes')
+    assert.equal(limit.stdout.trim(), String(768 << 20))
+    const info = await Sandbox.getInfo(sbx.sandboxId)
+    assert.deepEqual([info.cpuCount, info.memoryMB], [1, 768])
+  })
+
+  test('a build asking for more than the server allows is refused naming the limit, not lowered', async () => {
+    await assert.rejects(
+      Template.build(Template().fromTemplate('base'), 'sdk-test-too-big', { cpuCount: 1000 }),
+      /cpuCount 1000 is more than this server allows: at most \d+ \(serve --max-cpu-count\)/,
+    )
+    assert.equal(await Template.exists('sdk-test-too-big'), false)
+  })
+
   test('the raw API refuses bad input with 400 and unknown builds with 404', async () => {
     const bad = await apiFetch('/v3/templates', { method: 'POST', body: JSON.stringify({ name: 'Bad Name!' }) })
     assert.equal(bad.status, 400)

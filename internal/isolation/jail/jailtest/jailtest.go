@@ -20,6 +20,7 @@ import (
 var Binaries = []string{
 	"bash", "sh", "ls", "cat", "id", "ps", "sleep", "echo", "head", "tail", "dd",
 	"mkdir", "touch", "stat", "grep", "wc", "uname", "true", "false", "env", "df", "rm", "sort", "tr", "chown",
+	"nproc",
 }
 
 // BuildRootfs makes a root filesystem in root: Binaries and their shared
