@@ -37,6 +37,9 @@ Flags:
 // Run parses args (without the program name), serves until ctx is done and
 // returns nil on a clean shutdown. It writes usage and the version to stdout.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == ExecAsCommand {
+		return execAs(args[1:])
+	}
 	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; usage is printed below
 	var cfg Config
