@@ -46,6 +46,7 @@ Environment:
 			return err
 		})
 		fs.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "most sandboxes running at once, warm pool members included; 0 = no cap")
+		addBuildFlags(fs, &cfg)
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var templates list
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")
@@ -76,4 +77,14 @@ Environment:
 			return srv.Run(ctx, std.stdout)
 		}
 	},
+}
+
+// addBuildFlags defines the flags of template builds, which run each step
+// in a sandbox, on cfg.
+func addBuildFlags(fs *flag.FlagSet, cfg *server.Config) {
+	fs.StringVar(&cfg.BuildEgressPolicy, "build-egress-policy", "", "JSON `FILE` with the egress ceiling of template build steps, as for --egress-policy; default: the package registries (the --mirror is always allowed)")
+	fs.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", cfg.BuildStepTimeout, "longest a template build step (RUN, package install) may run, as a `DURATION`; 0 = no bound")
+	fs.DurationVar(&cfg.BuildTimeout, "build-timeout", cfg.BuildTimeout, "longest one template's build may take, as a `DURATION`; 0 = no bound")
+	fs.IntVar(&cfg.BuildMemoryMB, "build-memory-mb", cfg.BuildMemoryMB, "memory limit of each template build step's sandbox, in `MB`")
+	fs.IntVar(&cfg.BuildDiskMB, "build-disk-mb", cfg.BuildDiskMB, "disk size of each template build step's sandbox, in `MB`: the most one step may write")
 }

@@ -17,6 +17,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -80,6 +81,13 @@ type Config struct {
 	// MaxSandboxes caps the sandboxes this server runs at once, warm pool
 	// members included; 0 = no cap.
 	MaxSandboxes int
+
+	// BuildNetwork enforces the egress policy of template build steps
+	// (RunStep, steps.go); nil: build steps reach no network at all.
+	BuildNetwork Network
+	// StepResources are each build step sandbox's quotas; zero fields
+	// take the DefaultStep* values.
+	StepResources isolation.Resources
 }
 
 // Defaults of the zero Config fields.
@@ -116,6 +124,10 @@ func (c *Config) setDefaults() {
 	if c.PoolIdle <= 0 {
 		c.PoolIdle = DefaultPoolIdle
 	}
+	r := &c.StepResources
+	r.CPUCount = cmp.Or(r.CPUCount, DefaultStepCPU)
+	r.MemoryMB = cmp.Or(r.MemoryMB, DefaultStepMemoryMB)
+	r.DiskSizeMB = cmp.Or(r.DiskSizeMB, DefaultStepDiskMB)
 }
 
 // CreateRequest is a create call after the API decoded and defaulted it.
@@ -156,6 +168,7 @@ type Manager struct {
 	sandboxes map[string]*sandbox
 	pools     map[string]*pool // by template name
 	pending   int              // slots held by creates in flight and pool members
+	steps     map[string]bool  // IDs of the build step sandboxes running (RunStep)
 	started   bool
 	closed    bool
 }
@@ -204,6 +217,7 @@ func New(cfg Config) (*Manager, error) {
 		stop:      make(chan struct{}),
 		kicks:     make(chan struct{}, 1),
 		sandboxes: map[string]*sandbox{},
+		steps:     map[string]bool{},
 		pools:     newPools(cfg.WarmPools, cfg.Now()),
 	}, nil
 }

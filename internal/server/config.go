@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
@@ -51,7 +52,25 @@ type Config struct {
 	// MaxSandboxes caps the sandboxes running at once, pool members
 	// included; 0 = no cap.
 	MaxSandboxes int
+
+	// Template builds run each step that runs a command in a sandbox of
+	// its own (sandbox.Manager.RunStep). BuildEgressPolicy is a JSON file
+	// holding the egress ceiling of those sandboxes (egress.Ceiling); "" =
+	// the package registries only. The Debian mirror is allowed either way.
+	BuildEgressPolicy string
+	// BuildStepTimeout bounds each step and BuildTimeout each template's
+	// build; 0 = no bound.
+	BuildStepTimeout, BuildTimeout time.Duration
+	// BuildMemoryMB and BuildDiskMB are each step sandbox's memory limit
+	// and disk size.
+	BuildMemoryMB, BuildDiskMB int
 }
+
+// Defaults of the build settings.
+const (
+	DefaultBuildStepTimeout = 30 * time.Minute
+	DefaultBuildTimeout     = 2 * time.Hour
+)
 
 // DefaultBandwidthMbit is each sandbox's default bandwidth cap, each way.
 const DefaultBandwidthMbit = 100
@@ -60,7 +79,9 @@ const DefaultBandwidthMbit = 100
 func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
-		WarmPools: map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		WarmPools:        map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		BuildStepTimeout: DefaultBuildStepTimeout, BuildTimeout: DefaultBuildTimeout,
+		BuildMemoryMB: sandbox.DefaultStepMemoryMB, BuildDiskMB: sandbox.DefaultStepDiskMB,
 	}
 }
 
@@ -90,6 +111,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("--max-sandboxes %d: want 0 (no cap) or more", c.MaxSandboxes)
+	}
+	if c.BuildStepTimeout < 0 || c.BuildTimeout < 0 {
+		return fmt.Errorf("--build-step-timeout %s, --build-timeout %s: want 0 (no bound) or more", c.BuildStepTimeout, c.BuildTimeout)
+	}
+	if c.BuildMemoryMB < 64 || c.BuildDiskMB < 64 {
+		return fmt.Errorf("--build-memory-mb %d, --build-disk-mb %d: want at least 64 each", c.BuildMemoryMB, c.BuildDiskMB)
 	}
 	if c.DNSUpstream != "" {
 		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {

@@ -35,34 +35,30 @@ var devices = []struct {
 	{"urandom", 1, 9}, {"tty", 5, 0},
 }
 
-// buildRoot mounts the sandbox's root filesystem, with lower as the
-// overlay's lower layer, and pivots into it. Runs in init, in the sandbox's
-// fresh mount namespace, after its mounts were made private. base is the
-// host id of the sandbox's root (0 without a user namespace): what init
-// creates in the sandbox belongs to it.
-func buildRoot(cfg *initConfig, lower string, base int) error {
-	for _, p := range []string{lower, cfg.DiskDir, cfg.RootDir, cfg.Upper, cfg.Work} {
+// buildRoot mounts the sandbox's root filesystem, with lowers (top first)
+// as the overlay's lower layers, and pivots into it. Runs in init, in the
+// sandbox's fresh mount namespace, after its mounts were made private.
+// base is the host id of the sandbox's root (0 without a user namespace):
+// what init creates in the sandbox belongs to it.
+func buildRoot(cfg *initConfig, lowers []string, base int) error {
+	for _, p := range append([]string{cfg.DiskDir, cfg.RootDir}, lowers...) {
 		if strings.ContainsAny(p, ",:\\") {
 			return fmt.Errorf("path %q cannot be an overlay option", p)
 		}
 	}
-	// A one-shot run (Run) brings its upper and work directories.
-	upper, work := cfg.Upper, cfg.Work
-	if cfg.Disk != "" {
-		if err := mountDisk(cfg.Disk, cfg.DiskDir); err != nil {
-			return err
-		}
-		upper, work = filepath.Join(cfg.DiskDir, "upper"), filepath.Join(cfg.DiskDir, "work")
+	if err := mountDisk(cfg.Disk, cfg.DiskDir, unix.MS_NODEV); err != nil {
+		return err
 	}
+	upper, work := filepath.Join(cfg.DiskDir, upperDir), filepath.Join(cfg.DiskDir, "work")
 	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
 	// The merged root directory shows the upper's owner and mode: make them
-	// the template's (as the lower shows them, idmapped or not).
+	// the template's (as the top lower shows them, idmapped or not).
 	var root unix.Stat_t
-	if err := unix.Stat(lower, &root); err != nil {
+	if err := unix.Stat(lowers[0], &root); err != nil {
 		return fmt.Errorf("reading the template's root: %w", err)
 	}
 	if err := os.Lchown(upper, int(root.Uid), int(root.Gid)); err != nil {
@@ -72,11 +68,14 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 		return fmt.Errorf("setting the root's mode: %w", err)
 	}
 	// nodev: CAP_MKNOD is kept, so device nodes must not work here.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", lower, upper, work)
-	if cfg.Run != nil {
-		// Run's upper becomes a build layer, read later as a plain
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(lowers, ":"), upper, work)
+	if cfg.PlainUpper {
+		// The upper is exported as a build layer, read later as a plain
 		// directory of changes: no redirects, no metacopy.
 		opts += ",index=off,redirect_dir=off,metacopy=off"
+	}
+	if len(opts) >= 4000 { // the kernel takes one page of options
+		return fmt.Errorf("too many layers (%d) for one overlay mount", len(lowers))
 	}
 	if err := unix.Mount("overlay", cfg.RootDir, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting overlay (%s) at %s: %w", opts, cfg.RootDir, err)
@@ -84,10 +83,7 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 	// What must come from the host is taken before the host is out of
 	// sight: envd and the tools as detached bind mounts, attached after the
 	// pivot.
-	binaries := cfg.Tools
-	if cfg.EnvdPath != "" {
-		binaries = append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
-	}
+	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
 	trees := make([]int, 0, len(binaries))
 	defer func() {
 		for _, fd := range trees {
@@ -169,8 +165,8 @@ func attachBinary(tree int, guest string, base int) error {
 }
 
 // mountDisk attaches the image to a free loop device that detaches itself
-// once unmounted, and mounts it at dir.
-func mountDisk(image, dir string) error {
+// once unmounted, and mounts it at dir with flags.
+func mountDisk(image, dir string, flags uintptr) error {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("opening disk image: %w", err)
@@ -204,7 +200,7 @@ func mountDisk(image, dir string) error {
 		}
 		// With AUTOCLEAR the device detaches at its last close, so it stays
 		// open until the mount holds it.
-		err = unix.Mount(dev.Name(), dir, "ext4", unix.MS_NODEV, "")
+		err = unix.Mount(dev.Name(), dir, "ext4", flags, "")
 		dev.Close()
 		if err != nil {
 			return fmt.Errorf("mounting %s at %s: %w", dev.Name(), dir, err)
@@ -311,6 +307,24 @@ func mountAt(source, target, fstype string, flags uintptr, data string, base int
 		return fmt.Errorf("mounting %s at %s: %w", fstype, target, err)
 	}
 	return nil
+}
+
+// mkdirOwned makes dir and its missing parents, each owned by uid:gid. An
+// existing dir is left alone.
+func mkdirOwned(dir string, uid, gid int) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return errors.New("not a directory")
+		}
+		return nil
+	}
+	if err := mkdirOwned(filepath.Dir(dir), uid, gid); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.Lchown(dir, uid, gid)
 }
 
 func bindReadonly(source, target string, flags uintptr) error {

@@ -38,20 +38,23 @@ type initConfig struct {
 	Nameserver    string      `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
 	NoNewPrivs    bool        `json:"no_new_privs"`
 	UnshareCgroup bool        `json:"unshare_cgroup"` // cgroup v1: after cgroup.Add
+	// Layers are read-only layers over RootFS, top first (Spec.Layers).
+	Layers []string `json:"layers,omitempty"`
+	// PlainUpper mounts the overlay so that its upper is a plain
+	// directory of changes, for Spec.Export.
+	PlainUpper bool `json:"plain_upper,omitempty"`
 	// Userns, when set, runs envd in a user namespace, with the template
-	// idmapped at LowerDir (a host path, empty dir) as the overlay's lower.
-	Userns   *usernsConfig `json:"userns,omitempty"`
-	LowerDir string        `json:"lower_dir,omitempty"`
+	// idmapped at LowerDir and each of Layers at the LayerDirs entry of
+	// the same index (host paths, empty dirs) as the overlay's lowers.
+	Userns    *usernsConfig `json:"userns,omitempty"`
+	LowerDir  string        `json:"lower_dir,omitempty"`
+	LayerDirs []string      `json:"layer_dirs,omitempty"`
 	// EnvdStage is set only in what init sends the envd stage
 	// (forkEnvdStage), which then needs EnvdArgs and NoNewPrivs only.
 	EnvdStage *stageConfig `json:"envd_stage,omitempty"`
-
-	// A one-shot run (see Run) sets Upper, Work and Run instead of Disk
-	// and EnvdPath: the overlay's upper is a host directory and init runs
-	// Run's command in place of envd.
-	Upper string      `json:"upper,omitempty"`
-	Work  string      `json:"work,omitempty"`
-	Run   *runCommand `json:"run,omitempty"`
+	// Export is set only in what Stop sends the process that exports a
+	// stopped sandbox's changes (export_linux.go); nothing else is.
+	Export *exportConfig `json:"export,omitempty"`
 }
 
 // initStatus is init's one reply on fd 4.
@@ -62,9 +65,6 @@ type initStatus struct {
 	// UsernsFallback is why not, when one was asked for but refused.
 	UsernsFallback string `json:"userns_fallback,omitempty"`
 	Finished       bool   `json:"finished"`
-	// ExitCode is how Run's command ended: its exit status, or 128 plus
-	// the signal that killed it.
-	ExitCode int `json:"exit_code,omitempty"`
 }
 
 func validID(id string) error {
