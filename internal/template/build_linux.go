@@ -155,7 +155,9 @@ func removeLeftovers(log *slog.Logger, buildRoot, prefix, dir string) error {
 func (b *Builder) bootstrapRootfs(ctx context.Context, log *slog.Logger, rep *reporter, rootfs string, spec Spec) error {
 	bootstrap := b.bootstrap
 	if bootstrap == nil {
-		bootstrap = func(ctx context.Context, rootfs string, spec Spec) error { return b.debootstrap(ctx, log, rep, rootfs, spec) }
+		bootstrap = func(ctx context.Context, rootfs string, spec Spec) error {
+			return b.debootstrap(ctx, log, rep, rootfs, spec)
+		}
 	}
 	// debootstrap accepts a target that exists; dpkg reads this file from
 	// the first package it installs on.

@@ -81,4 +81,3 @@ func hostEnv() []string {
 	}
 	return env
 }
-
