@@ -323,3 +323,48 @@ func TestDerivedSteps(t *testing.T) {
 	}
 	assertNoMounts(t, data)
 }
+
+// A step that runs past the builder's step timeout fails the build with an
+// error that names it and the timeout.
+func TestDerivedStepTimeout(t *testing.T) {
+	data := safeTempDir(t)
+	tinyBase(t, data)
+	b := testBuilder(t, data)
+	b.StepTimeout = time.Second
+	start := time.Now()
+	_, err := b.Ensure(t.Context(), Spec{Name: "test-timeout", From: "tiny", Instructions: []Instruction{
+		{Op: OpRun, Args: []string{"echo fine"}},
+		{Op: OpRun, Args: []string{"echo started; sleep 60"}},
+	}})
+	var se *StepError
+	if !errors.As(err, &se) || !errors.Is(err, ErrStepTimeout) || !strings.Contains(err.Error(), "step 2 (RUN echo started; sleep 60) timed out after 1s") {
+		t.Fatalf("Ensure = %v, want step 2 timed out after 1s", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the timed-out build returned after %s", d)
+	}
+	if !slices.Contains(se.LogTail, "started") {
+		t.Errorf("log tail %q lacks the step's output", se.LogTail)
+	}
+	assertNoMounts(t, data)
+	assertNoBuildDirs(t, data, "")
+}
+
+func TestStepGroups(t *testing.T) {
+	u := Step{User: &UserStep{Name: "u"}}
+	f := Step{File: &FileStep{Path: "/f"}}
+	d := Step{Dir: &DirStep{Path: "/d"}}
+	got := stepGroups([]Step{u, d, f, u, u, f})
+	want := [][]Step{{u}, {d, f}, {u}, {u}, {f}}
+	if len(got) != len(want) {
+		t.Fatalf("stepGroups = %d groups, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if len(got[i]) != len(want[i]) || got[i][0].String() != want[i][0].String() {
+			t.Errorf("group %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if g := stepGroups(nil); len(g) != 0 {
+		t.Errorf("stepGroups(nil) = %v", g)
+	}
+}
