@@ -162,8 +162,8 @@ func TestBuildSteps(t *testing.T) {
 	}, "/bin/sh", "-c", "head -1 /proc/self/uid_map | tr -s ' ' ; id -u; echo ready; sleep 2")
 	base, _ := strconv.Atoi(strings.Fields(hostUID + " 0")[0])
 	tb.add(t, outcome{attack: "build step's root: host uid (/proc/<pid>/status Uid)", as: "root",
-		expected: "an unprivileged host uid (its user namespace's range)",
-		observed: fmt.Sprintf("host Uid %s; last line %q exit %d %v", hostUID, out, code, err),
+		expected:  "an unprivileged host uid (its user namespace's range)",
+		observed:  fmt.Sprintf("host Uid %s; last line %q exit %d %v", hostUID, out, code, err),
 		contained: err == nil && code == 0 && base >= 100000})
 
 	// The step's timeout stops it and says so.
@@ -171,8 +171,8 @@ func TestBuildSteps(t *testing.T) {
 	_, _, err = step("timeout", 3*time.Second, nil, "/bin/sh", "-c", "sleep 600 & sleep 600")
 	took := time.Since(t0)
 	tb.add(t, outcome{attack: "a step that runs forever (sleep 600, timeout 3s)", as: "root",
-		expected: "stopped at its timeout, with an error that says so",
-		observed: fmt.Sprintf("after %s: %v", took.Round(100*time.Millisecond), err),
+		expected:  "stopped at its timeout, with an error that says so",
+		observed:  fmt.Sprintf("after %s: %v", took.Round(100*time.Millisecond), err),
 		contained: errors.Is(err, template.ErrStepTimeout) && strings.Contains(err.Error(), "timed out after 3s") && took < 30*time.Second})
 
 	// Bombs: a neighbour sandbox and the host keep answering, the step
@@ -192,8 +192,8 @@ func TestBuildSteps(t *testing.T) {
 		}
 	}, "/usr/bin/probe", "fork", "5000", "600")
 	tb.add(t, outcome{attack: "fork bomb in a build step (5000 children)", as: "root",
-		expected: "stops at the pids limit; a neighbour sandbox and the host answer within 5s; the step fails",
-		observed: fmt.Sprintf("%s; step: %q exit %d %v", during, out, code, err),
+		expected:  "stops at the pids limit; a neighbour sandbox and the host answer within 5s; the step fails",
+		observed:  fmt.Sprintf("%s; step: %q exit %d %v", during, out, code, err),
 		contained: strings.Contains(during, "err=EAGAIN") && withinBound(during) && (err != nil || code != 0)})
 
 	during = ""
@@ -206,8 +206,8 @@ func TestBuildSteps(t *testing.T) {
 	out, code, err = step("memory bomb", time.Minute, nil, "/usr/bin/probe", "alloc", strconv.Itoa(4*memoryMB))
 	<-done
 	tb.add(t, outcome{attack: fmt.Sprintf("memory bomb in a build step (%d MB in %d MB)", 4*memoryMB, memoryMB), as: "root",
-		expected: "OOM-killed in the step's sandbox (exit 137); a neighbour sandbox and the host answer within 5s",
-		observed: fmt.Sprintf("step: %q exit %d %v; during: %s; after: %s", out, code, err, during, neighbour()),
+		expected:  "OOM-killed in the step's sandbox (exit 137); a neighbour sandbox and the host answer within 5s",
+		observed:  fmt.Sprintf("step: %q exit %d %v; during: %s; after: %s", out, code, err, during, neighbour()),
 		contained: err == nil && code == 137 && withinBound(during)})
 
 	if ids := h.leftoverSteps(); len(ids) > 0 {
