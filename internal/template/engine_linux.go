@@ -296,7 +296,7 @@ func (b *Builder) instruction(ctx context.Context, log *slog.Logger, rep *report
 
 // runLayer runs a RUN in a sandbox over st's layers (b.Steps), or takes
 // its layer from the cache. step is its 1-based index in the spec's
-// instructions (0 for the package install, whose apt status lines become
+// instructions (0 for the package install, whose apt-get output becomes
 // progress).
 func (b *Builder) runLayer(ctx context.Context, log *slog.Logger, rep *reporter, st *imageState, key string, step int, in Instruction) error {
 	return b.cachedLayer(ctx, log, rep, st, key, step, in, func(diff, _, _ string) error {
@@ -307,16 +307,13 @@ func (b *Builder) runLayer(ctx context.Context, log *slog.Logger, rep *reporter,
 		out := &tail{n: 20}
 		var ap aptProgress
 		line := func(s string) {
-			if step == 0 {
-				if ev, ok := ap.status(s); ok {
-					rep.update(ev)
-					return
-				}
-				ap.output(s)
-			}
 			out.add(s)
 			log.Info(s, "step", step)
-			rep.update(Event{Phase: "running", Percent: -1, Item: s})
+			ev, ok := ap.line(s)
+			if step != 0 || !ok {
+				ev = Event{Phase: "running", Percent: -1, Item: s}
+			}
+			rep.update(ev)
 		}
 		code, err := b.runStep(ctx, st, diff, []string{"/bin/sh", "-c", in.Args[0]}, own, st.workdir, line)
 		switch {
@@ -555,7 +552,7 @@ func withOverlay(lower []string, upper, work, mnt string, fn func(root *os.Root)
 func aptInstallCommand(pkgs []string) string {
 	sorted := slices.Compact(slices.Sorted(slices.Values(pkgs)))
 	return "export DEBIAN_FRONTEND=noninteractive DEBCONF_NONINTERACTIVE_SEEN=true && apt-get -q update && " +
-		"apt-get -q -y --no-install-recommends -o APT::Status-Fd=1 -o Dpkg::Use-Pty=0 " +
+		"apt-get -q -y --no-install-recommends -o Dpkg::Use-Pty=0 " +
 		"-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install " + strings.Join(sorted, " ") +
 		" && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
 }
