@@ -62,7 +62,7 @@ type Config struct {
 	// build; 0 = no bound.
 	BuildStepTimeout, BuildTimeout time.Duration
 	// BuildMemoryMB and BuildDiskMB are each step sandbox's memory limit
-	// and disk size.
+	// and disk size; 0 = sandbox.DefaultStep*.
 	BuildMemoryMB, BuildDiskMB int
 }
 
@@ -115,8 +115,8 @@ func (c *Config) Validate() error {
 	if c.BuildStepTimeout < 0 || c.BuildTimeout < 0 {
 		return fmt.Errorf("--build-step-timeout %s, --build-timeout %s: want 0 (no bound) or more", c.BuildStepTimeout, c.BuildTimeout)
 	}
-	if c.BuildMemoryMB < 64 || c.BuildDiskMB < 64 {
-		return fmt.Errorf("--build-memory-mb %d, --build-disk-mb %d: want at least 64 each", c.BuildMemoryMB, c.BuildDiskMB)
+	if c.BuildMemoryMB < 0 || c.BuildDiskMB < 0 {
+		return fmt.Errorf("--build-memory-mb %d, --build-disk-mb %d: want 0 (the default) or more", c.BuildMemoryMB, c.BuildDiskMB)
 	}
 	if c.DNSUpstream != "" {
 		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {

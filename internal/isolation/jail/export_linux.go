@@ -122,16 +122,10 @@ func (b *Backend) runHelper(ctx context.Context, name string, cfg *initConfig, l
 	}
 	if err != nil {
 		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return err
 	}
-	return errors.Join(err, ignoreKilled(cmd.Wait(), err != nil))
-}
-
-// ignoreKilled drops the wait error of a helper that was killed on purpose.
-func ignoreKilled(err error, killed bool) error {
-	if killed {
-		return nil
-	}
-	return err
+	return cmd.Wait()
 }
 
 // exportMain is the exporter: it mounts the image read-only and copies its
