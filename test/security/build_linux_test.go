@@ -186,7 +186,7 @@ func TestBuildSteps(t *testing.T) {
 	}
 	var during string
 	var once sync.Once
-	out, code, err = step("fork bomb", 30*time.Second, func(l string) {
+	out, code, err = step("fork bomb", 10*time.Second, func(l string) {
 		if strings.HasPrefix(l, "started=") {
 			once.Do(func() { during = l + "; " + neighbour() })
 		}
