@@ -315,8 +315,25 @@ func copyBootstrap(src string, calls *atomic.Int32) func(context.Context, string
 }
 
 func TestBuildCancelDuringDebootstrap(t *testing.T) {
-	requireBuild(t)
-	data := testCache(t)
+	ensureSmall(t) // fills the shared cache of .debs
+	// A data dir of its own, where the debootstrapped system is not cached
+	// yet, with hard links to the shared .debs (so that nothing is
+	// downloaded again).
+	data, err := os.MkdirTemp(testCache(t), "cancel-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := errors.Join(sweepMounts(data), removeTree(data)); err != nil {
+			t.Errorf("removing %s: %v", data, err)
+		}
+	})
+	if err := os.MkdirAll(filepath.Join(data, "templates", ".cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", "-al", filepath.Join(testCache(t), "templates", ".cache", "debs"), filepath.Join(data, "templates", ".cache")).CombinedOutput(); err != nil {
+		t.Fatalf("linking the .deb cache: %v: %s", err, out)
+	}
 	b := testBuilder(t, data)
 	spec := smallSpec()
 	spec.Name = "test-cancel"
@@ -337,7 +354,7 @@ func TestBuildCancelDuringDebootstrap(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	_, err := b.Ensure(ctx, spec)
+	_, err = b.Ensure(ctx, spec)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Ensure = %v, want context.Canceled", err)
 	}
