@@ -148,8 +148,8 @@ func TestRunStep(t *testing.T) {
 	if ids, _ := backend.Leftovers(nil); slices.Contains(ids, crashed) {
 		t.Errorf("a crashed step sandbox survived reconcile: %v", ids)
 	}
-	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), stepPrefix) {
-		t.Error("mounts of step sandboxes left")
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mi), crashed) {
+		t.Error("mounts of the crashed step sandbox left")
 	}
 }
 
