@@ -11,13 +11,14 @@ import (
 
 // ExecAsCommand is the envd subcommand that runs a command with exact
 // credentials: `envd exec-as -uid N -gid N [-groups N,N] [-dir DIR]
-// [-env K=V]... -- ARGV...`. The server's template build steps start it
+// [-env K=V]... [-merge-output] -- ARGV...`. The server's template build steps start it
 // through the process API as root, because a Dockerfile USER may name a
 // uid, or a group other than the user's, that the sandbox's account
 // database does not know, and the process API takes user names only. It
 // makes DIR (and missing parents) owned by uid:gid if missing, changes
 // into it, drops to the credentials, and executes ARGV[0], an absolute
-// path, with exactly the -env variables.
+// path, with exactly the -env variables; -merge-output makes its stderr
+// its stdout, so that a build log keeps the order of what it printed.
 const ExecAsCommand = "exec-as"
 
 // execAsSpec is a parsed exec-as command line.
@@ -26,6 +27,7 @@ type execAsSpec struct {
 	groups   []uint32
 	dir      string
 	env      []string
+	merge    bool
 	argv     []string
 }
 
@@ -39,10 +41,11 @@ func parseExecAs(args []string) (execAsSpec, error) {
 	dir := fs.String("dir", "/", "working directory")
 	var env listFlag
 	fs.Var(&env, "env", "an environment variable K=V; repeatable")
+	merge := fs.Bool("merge-output", false, "send stderr to stdout")
 	if err := fs.Parse(args); err != nil {
 		return execAsSpec{}, fmt.Errorf("%s: %w", ExecAsCommand, err)
 	}
-	s := execAsSpec{uid: uint32(*uid), gid: uint32(*gid), dir: *dir, env: env, argv: fs.Args()}
+	s := execAsSpec{uid: uint32(*uid), gid: uint32(*gid), dir: *dir, env: env, merge: *merge, argv: fs.Args()}
 	if *uid > 1<<32-1 || *gid > 1<<32-1 {
 		return execAsSpec{}, fmt.Errorf("%s: id out of range", ExecAsCommand)
 	}

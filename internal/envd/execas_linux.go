@@ -34,6 +34,11 @@ func execAs(args []string) error {
 	if err := syscall.Setresuid(int(s.uid), int(s.uid), int(s.uid)); err != nil {
 		return fmt.Errorf("%s: becoming user %d: %w", ExecAsCommand, s.uid, err)
 	}
+	if s.merge {
+		if err := syscall.Dup3(1, 2, 0); err != nil {
+			return fmt.Errorf("%s: merging stderr into stdout: %w", ExecAsCommand, err)
+		}
+	}
 	err = syscall.Exec(s.argv[0], s.argv, s.env)
 	return fmt.Errorf("%s: executing %s: %w", ExecAsCommand, s.argv[0], err)
 }

@@ -7,12 +7,12 @@ import (
 )
 
 func TestParseExecAs(t *testing.T) {
-	s, err := parseExecAs([]string{"-uid", "1000", "-gid", "0", "-groups", "27,100", "-dir", "/w", "-env", "A=1", "-env", "B=x=y", "--", "/bin/sh", "-c", "id"})
+	s, err := parseExecAs([]string{"-uid", "1000", "-gid", "0", "-groups", "27,100", "-dir", "/w", "-env", "A=1", "-env", "B=x=y", "-merge-output", "--", "/bin/sh", "-c", "id"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.uid != 1000 || s.gid != 0 || !slices.Equal(s.groups, []uint32{27, 100}) || s.dir != "/w" ||
-		!slices.Equal(s.env, []string{"A=1", "B=x=y"}) || !slices.Equal(s.argv, []string{"/bin/sh", "-c", "id"}) {
+		!slices.Equal(s.env, []string{"A=1", "B=x=y"}) || !s.merge || !slices.Equal(s.argv, []string{"/bin/sh", "-c", "id"}) {
 		t.Errorf("parsed %+v", s)
 	}
 	for _, tc := range []struct {

@@ -142,7 +142,8 @@ func runStepCommand(ctx context.Context, inst isolation.Instance, token string, 
 	for _, kv := range s.Env {
 		args = append(args, "-env", kv)
 	}
-	args = append(append(args, "--"), s.Args...)
+	// One stream, as a build log is read: stderr in order with stdout.
+	args = append(append(args, "-merge-output", "--"), s.Args...)
 	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: envdGuestPath, Args: args, Cwd: ptr("/")}})
 	req.Header().Set("Authorization", "Basic cm9vdDo=") // root
 	req.Header().Set("X-Access-Token", token)
@@ -151,6 +152,7 @@ func runStepCommand(ctx context.Context, inst isolation.Instance, token string, 
 		return 0, fmt.Errorf("starting the command: %w", err)
 	}
 	defer stream.Close()
+	// exec-as's own errors, before the command runs, are on stderr.
 	var stdout, stderr lines
 	stdout.emit, stderr.emit = s.Output, s.Output
 	for stream.Receive() {
