@@ -23,7 +23,7 @@ const (
 	// dpkg without fsync per file: the whole tree is synced once before the
 	// completion marker is written, which is all the durability we need.
 	unsafeIOConf = "etc/dpkg/dpkg.cfg.d/zz-agent-sandbox-unsafe-io"
-	// Keeps package scripts from starting services in the chroot.
+	// Keeps package scripts from starting services in a package step.
 	policyRCD = "usr/sbin/policy-rc.d"
 )
 
