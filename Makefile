@@ -28,10 +28,21 @@ test: deps-test build test-go test-sdk test-recovery bench-smoke
 ## harness is not what it tests, and it runs twice as long). test/recovery runs
 ## in test-recovery.
 test-go:
-	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
+	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
 	$(GO) test -count=1 -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
 
+## test-sdk: the official-SDK suite against a real server. Its data dir is
+## seeded with hard links to the base template TestBuildBase built into the
+## Go tests' cache (same spec, same version directory), so that CI builds
+## base once; only a complete template (with its template.json) is linked.
+TEST_CACHE ?= $(or $(AGENT_SANDBOX_TEST_CACHE),/var/cache/agent-sandbox-test)
 test-sdk: deps-test build
+	@mkdir -p $(SDK_DATA_DIR)/templates/base
+	@for t in $(TEST_CACHE)/templates/base/*/template.json; do \
+	  d=$${t%/template.json}; \
+	  [ -f "$$t" ] && [ ! -e $(SDK_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
+	  echo "test-sdk: linking template $$d"; cp -al "$$d" $(SDK_DATA_DIR)/templates/base/; \
+	done
 	node test/sdk/run.mjs
 
 ## test-recovery: a real server killed with SIGKILL while its sandboxes run,

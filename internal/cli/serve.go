@@ -88,6 +88,7 @@ Environment:
 		fs.IntVar(&cfg.MaxMemoryMB, "max-memory-mb", cfg.MaxMemoryMB, "most memory in `MIB` a template may give its sandboxes; a template asking for more is refused; 0 = no maximum")
 		diskIOFlag(fs, &cfg.DiskIO, "disk-io", "each sandbox's disk I/O cap where its template sets none, `CAPS` like read=200,write=100,read-iops=4000,write-iops=2000 (MiB/s and I/O per second; a key left out is uncapped; none)")
 		diskIOFlag(fs, &cfg.MaxDiskIO, "max-disk-io", "most disk I/O a template may give its sandboxes, `CAPS` as for --disk-io; none = no maximum")
+		addBuildFlags(fs, &cfg)
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run sandboxes in user namespaces, root mapped to an unprivileged host uid range: `MODE` auto (where the host allows; else without, with a warning), on or off")
 		var registries []string
 		fs.Func("registry", "`HOST[:PORT]` of a registry fromImage may pull from although it resolves to a loopback, private, link-local or this host's address (refused otherwise); repeat for more; without PORT any port; default none", func(s string) error {
@@ -179,4 +180,14 @@ func formatRetention(d time.Duration) string {
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
 	return d.String()
+}
+
+// addBuildFlags defines the flags of template builds, which run each step
+// in a sandbox, on cfg.
+func addBuildFlags(fs *flag.FlagSet, cfg *server.Config) {
+	fs.StringVar(&cfg.BuildEgressPolicy, "build-egress-policy", "", "JSON `FILE` with the egress ceiling of template build steps, as for --egress-policy; default: the package registries (the --mirror is always allowed)")
+	fs.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", cfg.BuildStepTimeout, "longest a template build step (RUN, package install) may run, as a `DURATION`; 0 = no bound")
+	fs.DurationVar(&cfg.BuildTimeout, "build-timeout", cfg.BuildTimeout, "longest one template's build may take, as a `DURATION`; 0 = no bound")
+	fs.IntVar(&cfg.BuildMemoryMB, "build-memory-mb", cfg.BuildMemoryMB, "memory limit of each template build step's sandbox, in `MB`")
+	fs.IntVar(&cfg.BuildDiskMB, "build-disk-mb", cfg.BuildDiskMB, "disk size of each template build step's sandbox, in `MB`: the most one step may write")
 }

@@ -34,7 +34,10 @@ var templateBuildCommand = &command{
 	name:    "template build",
 	args:    "NAME [CONTEXT_DIR]",
 	summary: "build a template from a Dockerfile; needs root",
-	detail: `Build the template NAME from a Dockerfile. COPY and ADD take their files
+	detail: `Build the template NAME from a Dockerfile. Each RUN runs in a sandbox of its
+own, behind the build egress policy (see serve's --build-* flags), so this
+sets up sandbox networking as serve does and cannot run beside a running
+server: build through the server's template API then. COPY and ADD take their files
 from CONTEXT_DIR (default: the Dockerfile's directory). Progress goes to
 standard error: a bar on a terminal, one line per step otherwise. On success
 the template's ID, build time and size are printed.
@@ -72,7 +75,12 @@ Example:
 		buildArgs := pairs{}
 		fs.Var(buildArgs, "build-arg", "set the ARG `NAME=VALUE`; repeatable")
 		noCache := fs.Bool("no-cache", false, "rerun every step; the template it starts from is still reused")
-		mirror := fs.String("mirror", "", "Debian mirror `URL` for FROM debian:<suite> and built-in templates; default "+template.DefaultMirror)
+		cfg := server.DefaultConfig()
+		fs.StringVar(&cfg.Mirror, "mirror", "", "Debian mirror `URL` for FROM debian:<suite> and built-in templates; default "+template.DefaultMirror)
+		fs.StringVar(&cfg.EnvdPath, "envd", "", "envd `BINARY` mounted into the build's sandboxes; default: envd next to this executable")
+		fs.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "`IP:PORT` of the resolver for the names build steps may use; default: first nameserver in /etc/resolv.conf")
+		fs.StringVar(&cfg.Userns, "userns", "auto", "run the build's sandboxes in user namespaces: `MODE` auto, on or off, as for serve")
+		addBuildFlags(fs, &cfg)
 		verbose := fs.Bool("verbose", false, "also print the build log, with each step's output, on standard error")
 		var res template.Spec // only its resources
 		fs.IntVar(&res.CPUCount, "cpu-count", 0, "`CPUS` of each sandbox of the template (default: serve --cpu-count)")
@@ -91,11 +99,22 @@ Example:
 			if len(args) == 2 {
 				req.contextDir = args[1]
 			}
-			b := &template.Builder{DataDir: *dataDir, Mirror: *mirror, Progress: std.stderr}
-			if *verbose {
-				b.Log = slog.New(slog.NewTextHandler(std.stderr, nil))
+			if os.Geteuid() != 0 {
+				return errors.New("needs root: build steps run in sandboxes, which use namespaces, cgroups and mounts (run it with sudo)")
 			}
-			return buildTemplate(ctx, b, req, std)
+			log := slog.New(slog.DiscardHandler)
+			if *verbose {
+				log = slog.New(slog.NewTextHandler(std.stderr, nil))
+			}
+			// The steps run in sandboxes with the server's networking,
+			// which one process per host holds.
+			cfg.DataDir = *dataDir
+			srv, err := server.New(ctx, cfg, log, std.stderr)
+			if err != nil {
+				return fmt.Errorf("setting up build sandboxes: %w (while a server runs, build through its template API: the E2B SDK's Template.build)", err)
+			}
+			defer srv.Close()
+			return buildTemplate(ctx, srv.Builder(), req, std)
 		}
 	},
 }

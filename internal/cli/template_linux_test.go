@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -13,15 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
-// TestMain lets the test binary serve as the jail's init, which the RUN
-// steps of template build re-execute (as the agent-sandbox binary does in
-// Run).
+// TestMain lets the test binary serve as the jail's init, which the
+// sandboxes of template build's RUN steps re-execute (as the agent-sandbox
+// binary does in serve).
 func TestMain(m *testing.M) {
 	jail.ExitIfInit()
 	os.Exit(m.Run())
@@ -131,13 +134,24 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 		"Dockerfile": testDockerfile, "files/a.txt": "A\n", "files/sub/b.txt": "B\n", "other.txt": "not copied\n",
 	})
 	const steps = 7 // instructions in testDockerfile (ARG and CMD are none)
-	build := func(t *testing.T, args ...string) result {
+	// What the command does once it has the server's step runner (which
+	// takes the host lock on sandbox networking that this test holds).
+	runner := sandboxtest.StepRunner(t, egress.Ceiling{})
+	buildReq := func(t *testing.T, req buildRequest) result {
 		t.Helper()
-		return runCLI(t, "", append([]string{"template", "build", "--data-dir", data, "-f", filepath.Join(ctxDir, "Dockerfile")}, args...)...)
+		var stdout, stderr bytes.Buffer
+		b := &template.Builder{DataDir: data, Steps: runner, Progress: &stderr}
+		req.file = filepath.Join(ctxDir, "Dockerfile")
+		err := buildTemplate(t.Context(), b, req, streams{stdout: &stdout, stderr: &stderr})
+		return result{stdout.String(), stderr.String(), err}
+	}
+	build := func(t *testing.T, noCache bool, name string) result {
+		t.Helper()
+		return buildReq(t, buildRequest{name: name, noCache: noCache})
 	}
 	b := &template.Builder{DataDir: data}
 
-	res := build(t, "web")
+	res := build(t, false, "web")
 	if res.err != nil {
 		t.Fatalf("build: %v\n%s", res.err, res.stderr)
 	}
@@ -176,7 +190,7 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 
 	// No change: quick, every step cached, the same template.
 	start := time.Now()
-	res = build(t, "web")
+	res = build(t, false, "web")
 	took := time.Since(start)
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -196,7 +210,9 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 	}
 
 	// Resources are the template's own: a new version, every step cached.
-	res = build(t, "--cpu-count", "1", "--memory-mb", "768", "--disk-io", "write=20,read-iops=100", "web")
+	res = buildReq(t, buildRequest{name: "web", resources: template.Spec{
+		CPUCount: 1, MemoryMB: 768, DiskIO: template.DiskIO{WriteMiBps: 20, ReadIOPS: 100},
+	}})
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
@@ -219,7 +235,7 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 	writeTree(t, ctxDir, map[string]string{
 		"Dockerfile": strings.Replace(testDockerfile, "RUN id -u > /uid-at-build", "RUN echo changed > /uid-at-build", 1),
 	})
-	res = build(t, "web")
+	res = build(t, false, "web")
 	if res.err != nil {
 		t.Fatal(res.err)
 	}
@@ -239,7 +255,7 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 	}
 
 	// --no-cache runs every step again, into a new version.
-	if res = build(t, "--no-cache", "web"); res.err != nil {
+	if res = build(t, true, "web"); res.err != nil {
 		t.Fatal(res.err)
 	}
 	if ran, cached := stepsRun(res.stderr, steps); !slices.Equal(ran, seq(1, steps)) || len(cached) != 0 {
@@ -258,13 +274,13 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 	failing := strings.Replace(testDockerfile, "RUN pwd > here",
 		`RUN for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25; do echo line $i; done; echo oops >&2; exit 3`+"\nRUN pwd > here", 1)
 	writeTree(t, ctxDir, map[string]string{"Dockerfile": failing})
-	res = build(t, "web")
+	res = build(t, false, "web")
 	if res.err == nil {
 		t.Fatal("a build with a failing step succeeded")
 	}
 	t.Logf("failed build: %v", res.err)
 	for _, want := range []string{
-		"template build: " + filepath.Join(ctxDir, "Dockerfile") + " line 10: building template web-", "step 7 (RUN for i in 1 2",
+		filepath.Join(ctxDir, "Dockerfile") + " line 10: building template web-", "step 7 (RUN for i in 1 2",
 		"failed with exit code 3", "line 25\n  oops",
 	} {
 		if !strings.Contains(res.err.Error(), want) {
@@ -281,7 +297,7 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 		t.Errorf("after a failed build, web is %v, %v; want the previous %s", got, err, third.ID)
 	}
 	// The same failure under a new name leaves nothing to find.
-	if res = build(t, "fresh"); res.err == nil {
+	if res = build(t, false, "fresh"); res.err == nil {
 		t.Fatal("a build with a failing step succeeded")
 	}
 	if _, err := b.Lookup("fresh"); !errors.Is(err, template.ErrNotFound) {

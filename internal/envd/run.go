@@ -43,6 +43,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := harden(); err != nil {
 		return err
 	}
+	if len(args) > 0 && args[0] == ExecAsCommand {
+		return execAs(args[1:])
+	}
 	fs := flag.NewFlagSet("envd", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are returned; usage is printed below
 	var cfg Config

@@ -3,6 +3,7 @@ package isolation
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -87,6 +88,9 @@ func (f *Fake) GiveLinks() {
 func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if len(spec.Layers) > 0 || spec.Export != "" {
+		return nil, fmt.Errorf("starting sandbox %s: layers and export: %w", spec.ID, errors.ErrUnsupported)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -56,6 +56,24 @@ type Spec struct {
 	// (not envd's command line or environment). Empty: envd starts open,
 	// until /init sets one.
 	EnvdAccessToken string
+
+	// Layers are further read-only directories stacked over RootFS, top
+	// first, as overlayfs lower layers: a template build step runs over
+	// the layers the steps before it made. Like RootFS they hold files
+	// with the template's own ids.
+	Layers []string
+	// Export, when set, is an empty host directory that receives the
+	// sandbox's file system changes when it stops (Instance.Stop, before
+	// the sandbox's disk is discarded): what a build step made, as a
+	// plain overlayfs upper directory over RootFS and Layers. Files
+	// carry the ids they have inside the sandbox (not the host ids of a
+	// user namespace); a deletion is a whiteout (a 0/0 character device)
+	// and a directory that replaced a lower one is opaque (xattr
+	// trusted.overlay.opaque "y"); no redirects, no metacopy. Paths the
+	// backend itself placed in the sandbox (envd's mount point,
+	// /etc/resolv.conf) are left out. A backend that cannot export
+	// refuses a Spec with Export set.
+	Export string
 }
 
 // Resources are the sandbox's quotas. Zero means the backend's default.

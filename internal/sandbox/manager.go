@@ -17,6 +17,7 @@
 package sandbox
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,6 +100,13 @@ type Config struct {
 	// diskSpace reports the free and total bytes of a directory's file
 	// system (default: statfs); a test seam.
 	diskSpace func(dir string) (avail, total uint64, err error)
+
+	// BuildNetwork enforces the egress policy of template build steps
+	// (RunStep, steps.go); nil: build steps reach no network at all.
+	BuildNetwork Network
+	// StepResources are each build step sandbox's quotas; zero fields
+	// take the DefaultStep* values.
+	StepResources isolation.Resources
 }
 
 // Defaults of the zero Config fields.
@@ -138,6 +146,10 @@ func (c *Config) setDefaults() {
 	if c.diskSpace == nil {
 		c.diskSpace = diskSpace
 	}
+	r := &c.StepResources
+	r.CPUCount = cmp.Or(r.CPUCount, DefaultStepCPU)
+	r.MemoryMB = cmp.Or(r.MemoryMB, DefaultStepMemoryMB)
+	r.DiskSizeMB = cmp.Or(r.DiskSizeMB, DefaultStepDiskMB)
 }
 
 // CreateRequest is a create call after the API decoded and defaulted it.
@@ -178,6 +190,7 @@ type Manager struct {
 	sandboxes map[string]*sandbox
 	pools     map[string]*pool // by template name
 	pending   int              // slots held by creates in flight and pool members
+	steps     map[string]bool  // IDs of the build step sandboxes running (RunStep)
 	started   bool
 	closed    bool
 }
@@ -227,6 +240,7 @@ func New(cfg Config) (*Manager, error) {
 		stop:      make(chan struct{}),
 		kicks:     make(chan struct{}, 1),
 		sandboxes: map[string]*sandbox{},
+		steps:     map[string]bool{},
 		pools:     newPools(cfg.WarmPools, cfg.Now()),
 	}, nil
 }

@@ -39,6 +39,11 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	var cleaned int
+	m.mu.Lock()
+	for id := range m.steps { // build steps running in this process
+		known[id] = true
+	}
+	m.mu.Unlock()
 	if lf, ok := m.cfg.Backend.(leftoverFinder); ok {
 		ids, err := lf.Leftovers(known)
 		if err != nil && !errors.Is(err, errors.ErrUnsupported) {

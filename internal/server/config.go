@@ -90,6 +90,18 @@ type Config struct {
 	CPUCount, MaxCPUCount int
 	MemoryMB, MaxMemoryMB int
 	DiskIO, MaxDiskIO     isolation.DiskIO
+
+	// Template builds run each step that runs a command in a sandbox of
+	// its own (sandbox.Manager.RunStep). BuildEgressPolicy is a JSON file
+	// holding the egress ceiling of those sandboxes (egress.Ceiling); "" =
+	// the package registries only. The Debian mirror is allowed either way.
+	BuildEgressPolicy string
+	// BuildStepTimeout bounds each step and BuildTimeout each template's
+	// build; 0 = no bound.
+	BuildStepTimeout, BuildTimeout time.Duration
+	// BuildMemoryMB and BuildDiskMB are each step sandbox's memory limit
+	// and disk size; 0 = sandbox.DefaultStep*.
+	BuildMemoryMB, BuildDiskMB int
 }
 
 // Defaults of DefaultConfig.
@@ -124,6 +136,12 @@ var (
 	DefaultMaxDiskIO = isolation.DiskIO{ReadBytesPerSec: 1000 << 20, WriteBytesPerSec: 500 << 20, ReadIOPS: 20000, WriteIOPS: 10000}
 )
 
+// Defaults of the build settings.
+const (
+	DefaultBuildStepTimeout = 30 * time.Minute
+	DefaultBuildTimeout     = 2 * time.Hour
+)
+
 // DefaultConfig returns the embedded defaults.
 func DefaultConfig() Config {
 	return Config{
@@ -141,6 +159,10 @@ func DefaultConfig() Config {
 		MaxMemoryMB:        DefaultMaxMemoryMB,
 		DiskIO:             DefaultDiskIO,
 		MaxDiskIO:          DefaultMaxDiskIO,
+		BuildStepTimeout:   DefaultBuildStepTimeout,
+		BuildTimeout:       DefaultBuildTimeout,
+		BuildMemoryMB:      sandbox.DefaultStepMemoryMB,
+		BuildDiskMB:        sandbox.DefaultStepDiskMB,
 	}
 }
 
@@ -233,6 +255,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxConnsPerSandbox < 0 || c.MaxConnsPerSandbox > math.MaxUint32 {
 		return fmt.Errorf("--max-conns-per-sandbox %d: want 0 (no cap) or more", c.MaxConnsPerSandbox)
+	}
+	if c.BuildStepTimeout < 0 || c.BuildTimeout < 0 {
+		return fmt.Errorf("--build-step-timeout %s, --build-timeout %s: want 0 (no bound) or more", c.BuildStepTimeout, c.BuildTimeout)
+	}
+	if c.BuildMemoryMB < 0 || c.BuildDiskMB < 0 {
+		return fmt.Errorf("--build-memory-mb %d, --build-disk-mb %d: want 0 (the default) or more", c.BuildMemoryMB, c.BuildDiskMB)
 	}
 	if c.DNSUpstream != "" {
 		if _, err := netip.ParseAddrPort(c.DNSUpstream); err != nil {

@@ -2,18 +2,22 @@ package server
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/gateway"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
 // dropLogGroup is the NFLOG group the firewall logs its drops to, read back
@@ -25,6 +29,9 @@ type sandboxNetwork struct {
 	pool     *network.Pool
 	firewall *network.Firewall
 	gateway  *gateway.Gateway
+	// builds serves the sandboxes of template build steps, under the
+	// build egress policy.
+	builds *gateway.Gateway
 }
 
 // newSandboxNetwork builds the address pool, the firewall and the egress
@@ -35,8 +42,15 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--address-pool: %w", err)
 	}
-	ceiling, err := loadCeiling(cfg.EgressPolicy)
+	ceiling, err := loadCeiling("--egress-policy", cfg.EgressPolicy)
 	if err != nil {
+		return nil, err
+	}
+	buildCeiling, err := loadCeiling("--build-egress-policy", cfg.BuildEgressPolicy)
+	if err != nil {
+		return nil, err
+	}
+	if buildCeiling, err = allowMirror(buildCeiling, cmp.Or(cfg.Mirror, template.DefaultMirror)); err != nil {
 		return nil, err
 	}
 	// An allowed name must not resolve to the host itself or to a sandbox:
@@ -47,6 +61,7 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	}
 	for _, p := range append(reserved, pool.Prefix()) {
 		ceiling.ReservedCIDRs = append(ceiling.ReservedCIDRs, p.String())
+		buildCeiling.ReservedCIDRs = append(buildCeiling.ReservedCIDRs, p.String())
 	}
 	upstream := cfg.DNSUpstream
 	if upstream == "" {
@@ -63,9 +78,10 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up the firewall: %w", err)
 	}
+	resolver := &egress.Cache{Upstream: &egress.NetUpstream{Addr: upstream}}
 	gw, err := gateway.New(gateway.Config{
 		Ceiling:   ceiling,
-		Upstream:  &egress.Cache{Upstream: &egress.NetUpstream{Addr: upstream}},
+		Upstream:  resolver,
 		Firewall:  fw,
 		DNSPort:   gateway.DefaultDNSPort,
 		ProxyPort: gateway.DefaultProxyPort,
@@ -74,27 +90,56 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up the egress gateway: %w", err)
 	}
-	return &sandboxNetwork{pool: pool, firewall: fw, gateway: gw}, nil
+	// Its own gateway, on the same firewall: a sandbox's policy is its
+	// gateway's ceiling narrowed by its rules, and a build's is another
+	// ceiling, not a narrowing of the customers'.
+	builds, err := gateway.New(gateway.Config{
+		Ceiling:   buildCeiling,
+		Upstream:  resolver,
+		Firewall:  fw,
+		DNSPort:   gateway.DefaultDNSPort,
+		ProxyPort: gateway.DefaultProxyPort,
+		Log:       log.With("component", "gateway", "builds", true),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("setting up the build egress gateway: %w", err)
+	}
+	return &sandboxNetwork{pool: pool, firewall: fw, gateway: gw, builds: builds}, nil
 }
 
-// loadCeiling reads the operator's egress policy, a JSON egress.Ceiling;
-// "" gives the default (package registries only).
-func loadCeiling(path string) (egress.Ceiling, error) {
+// allowMirror adds the Debian mirror's host to a build ceiling: apt in the
+// package steps fetches from it, whatever the policy file says.
+func allowMirror(c egress.Ceiling, mirror string) (egress.Ceiling, error) {
+	u, err := url.Parse(mirror)
+	if err != nil || u.Hostname() == "" {
+		return c, fmt.Errorf("--mirror %q: want an http(s) URL", mirror)
+	}
+	if a, err := netip.ParseAddr(u.Hostname()); err == nil {
+		c.AllowCIDRs = append(slices.Clone(c.AllowCIDRs), netip.PrefixFrom(a, a.BitLen()).String())
+	} else {
+		c.AllowDomains = append(slices.Clone(c.AllowDomains), u.Hostname())
+	}
+	return c, c.Validate()
+}
+
+// loadCeiling reads an egress policy, a JSON egress.Ceiling, from the
+// file that flag names; "" gives the default (package registries only).
+func loadCeiling(flag, path string) (egress.Ceiling, error) {
 	if path == "" {
 		return egress.DefaultCeiling(), nil
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return egress.Ceiling{}, fmt.Errorf("reading --egress-policy: %w", err)
+		return egress.Ceiling{}, fmt.Errorf("reading %s: %w", flag, err)
 	}
 	var c egress.Ceiling
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return egress.Ceiling{}, fmt.Errorf("--egress-policy %s: %w", path, err)
+		return egress.Ceiling{}, fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	if err := c.Validate(); err != nil {
-		return egress.Ceiling{}, fmt.Errorf("--egress-policy %s: %w", path, err)
+		return egress.Ceiling{}, fmt.Errorf("%s %s: %w", flag, path, err)
 	}
 	return c, nil
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/router"
@@ -119,10 +120,19 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		DefaultMemory:   cfg.MemoryMB,
 		DefaultDiskIO:   cfg.DiskIO,
 		Max:             cfg.maxima(),
+		BuildNetwork:    s.net.builds,
+		StepResources: isolation.Resources{
+			MemoryMB:   cfg.BuildMemoryMB,
+			DiskSizeMB: cfg.BuildDiskMB,
+			DiskIO:     cfg.DiskIO,
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the sandbox manager: %w", err)
 	}
+	// Every build step that runs a command runs in a sandbox of its own.
+	s.templates.Steps = s.manager
+	s.templates.StepTimeout, s.templates.BuildTimeout = cfg.BuildStepTimeout, cfg.BuildTimeout
 	if s.builds, err = api.NewTemplateBuilds(ctx, api.TemplateConfig{
 		Builder:         apiBuilder{s.templates},
 		Records:         st,
@@ -152,6 +162,20 @@ func backendConfig(cfg Config, log *slog.Logger, net *sandboxNetwork) jail.Confi
 		Userns:     jail.UsernsMode(cfg.Userns),
 		NoNewPrivs: cfg.NoNewPrivs,
 	}
+}
+
+// Builder is the server's template builder, whose steps run in the
+// server's sandboxes: what `template build` uses, between New and Close,
+// on a server it never runs.
+func (s *Server) Builder() *template.Builder { return s.templates }
+
+// Close releases what New took, for a Server that does not Run.
+func (s *Server) Close() {
+	s.net.gateway.Close()
+	s.net.builds.Close()
+	s.router.Close()
+	s.store.Close()
+	s.releaseHost()
 }
 
 // defaultKeyFile keeps the key the server generated on first start, so it
@@ -224,6 +248,7 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	defer s.net.gateway.Close()
+	defer s.net.builds.Close()
 	dropsCtx, stopDrops := context.WithCancel(ctx)
 	defer stopDrops()
 	go s.net.recordDrops(dropsCtx, s.log)

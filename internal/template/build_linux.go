@@ -23,7 +23,7 @@ const (
 	// dpkg without fsync per file: the whole tree is synced once before the
 	// completion marker is written, which is all the durability we need.
 	unsafeIOConf = "etc/dpkg/dpkg.cfg.d/zz-agent-sandbox-unsafe-io"
-	// Keeps package scripts from starting services in the chroot.
+	// Keeps package scripts from starting services in a package step.
 	policyRCD = "usr/sbin/policy-rc.d"
 )
 
@@ -58,132 +58,67 @@ func debootstrapPath() (string, error) {
 	return "", ErrNoDebootstrap
 }
 
-// build builds spec into dir: debootstrapped, or on top of from when the
-// spec has From. The caller holds dir's lock and has checked that dir
-// holds no completed template.
-func (b *Builder) build(ctx context.Context, spec Spec, from *Template, hash, dir, nonce string) (_ *Template, err error) {
-	if from != nil {
-		return b.buildDerived(ctx, spec, from, hash, dir, nonce)
+// build builds spec into dir on top of from, or of a debootstrapped
+// Debian system when the spec has no From. The caller holds dir's lock and
+// has checked that dir holds no completed template.
+func (b *Builder) build(ctx context.Context, spec Spec, from *Template, hash, dir, nonce string) (*Template, error) {
+	if b.BuildTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, b.BuildTimeout,
+			fmt.Errorf("%w: the build ran past its timeout of %s", context.DeadlineExceeded, b.BuildTimeout))
+		defer cancel()
 	}
 	start := time.Now()
-	id := ID(spec.Name, hash)
-	log := b.logger().With("template", id)
-	stages := 3
+	log := b.logger().With("template", ID(spec.Name, hash))
+	stages := len(spec.Instructions) + 1
 	if len(spec.Packages) > 0 {
 		stages++
 	}
+	stages += len(stepGroups(spec.Steps))
+	if from == nil {
+		stages++
+	}
 	rep := newReporter(b.Progress, spec.Name, stages, b.hook)
-
-	buildRoot := filepath.Join(b.templatesDir(), ".build")
-	if err := os.MkdirAll(buildRoot, 0o700); err != nil {
-		return nil, err
-	}
-	prefix := spec.Name + "-" + hash[:12] + "-"
-	if err := removeLeftovers(log, buildRoot, prefix, dir); err != nil {
-		return nil, err
-	}
-	tmp, err := os.MkdirTemp(buildRoot, prefix)
-	if err != nil {
-		return nil, err
-	}
-	if tmp, err = filepath.EvalSymlinks(tmp); err != nil { // mountinfo paths are resolved
-		return nil, err
-	}
-	rootfs := filepath.Join(tmp, "rootfs")
-
-	// Teardown, last pushed first: the chroot mounts, then anything still
-	// mounted below tmp (a killed debootstrap's), then tmp itself.
-	var undo, mounts cleanup
-	undo.push("removing build directory "+tmp, func(context.Context) error {
-		return errors.Join(sweepMounts(tmp), removeTree(tmp))
-	})
-	undo.push("unmounting chroot", mounts.run)
-	defer func() {
-		if cerr := undo.run(context.WithoutCancel(ctx)); cerr != nil {
-			if err == nil {
-				log.Warn("cleaning up after build", "err", cerr)
-			} else {
-				err = errors.Join(err, cerr)
+	t, err := func() (*Template, error) {
+		if from == nil {
+			var err error
+			if from, err = b.bootstrapLayer(ctx, log, rep, spec); err != nil {
+				return nil, err
 			}
 		}
-		if err != nil {
-			rep.finish("build failed after " + time.Since(start).Round(time.Second).String())
-		}
+		return b.buildDerived(ctx, log, rep, spec, from, hash, dir, nonce, start)
 	}()
-	log.Info("building template", "suite", spec.Suite, "variant", spec.Variant,
-		"packages", len(spec.Packages), "steps", len(spec.Steps), "dir", tmp)
-
-	stage := func(name string, fn func() error) error {
-		t0 := time.Now()
-		rep.startStage(name)
-		if err := fn(); err != nil {
-			return err
-		}
-		log.Info("build stage done", "stage", name, "took", time.Since(t0).Round(time.Millisecond))
-		return nil
-	}
-
-	if err := stage("bootstrap", func() error { return b.bootstrapRootfs(ctx, log, rep, rootfs, spec) }); err != nil {
-		return nil, err
-	}
-	if err := mountChroot(rootfs, &mounts); err != nil {
-		return nil, err
-	}
-	root, err := os.OpenRoot(rootfs)
 	if err != nil {
+		rep.finish("build failed after " + time.Since(start).Round(time.Millisecond).String())
 		return nil, err
 	}
-	defer root.Close()
-	if len(spec.Packages) > 0 {
-		if err := stage("packages", func() error { return b.installPackages(ctx, log, rep, root, rootfs, spec) }); err != nil {
+	return t, nil
+}
+
+// bootstrapLayer returns the Debian system spec's packages and steps are
+// installed on, as the template they start from: the layer debootstrap
+// made of spec's suite and variant from the mirror, made first unless the
+// step cache has it. debootstrap runs on the host (see bootstrapRootfs);
+// everything after it runs in sandboxes.
+func (b *Builder) bootstrapLayer(ctx context.Context, log *slog.Logger, rep *reporter, spec Spec) (*Template, error) {
+	key := hashStrings(fmt.Sprintf("agent-sandbox layer v%d", layerVersion), "debootstrap", spec.Suite, spec.Variant, b.mirror())
+	rep.startStage("bootstrap")
+	if b.hasLayer(key) {
+		log.Info("debootstrapped system cached", "suite", spec.Suite, "variant", spec.Variant)
+		rep.update(Event{Phase: "cached", Percent: 100})
+	} else {
+		t0 := time.Now()
+		log.Info("debootstrapping", "suite", spec.Suite, "variant", spec.Variant, "mirror", b.mirror())
+		err := b.layer(ctx, &imageState{}, key, "debootstrap "+spec.Suite, func(rootfs, _, _ string) error {
+			return b.bootstrapRootfs(ctx, log, rep, rootfs, spec)
+		})
+		if err != nil {
 			return nil, err
 		}
+		log.Info("build stage done", "stage", "bootstrap", "took", time.Since(t0).Round(time.Millisecond))
 	}
-	if err := stage("steps", func() error { return applySteps(ctx, log, rep, root, rootfs, spec.Steps) }); err != nil {
-		return nil, err
-	}
-
-	var t *Template
-	err = stage("finish", func() error {
-		if err := mounts.run(context.WithoutCancel(ctx)); err != nil {
-			return err
-		}
-		if err := sweepMounts(tmp); err != nil {
-			return err
-		}
-		if err := finalize(root, spec, id, hash); err != nil {
-			return fmt.Errorf("finalizing root filesystem: %w", err)
-		}
-		size, _, err := diskUsage(rootfs)
-		if err != nil {
-			return fmt.Errorf("measuring root filesystem: %w", err)
-		}
-		if err := syncFS(rootfs); err != nil {
-			return fmt.Errorf("syncing root filesystem: %w", err)
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := os.Rename(rootfs, filepath.Join(dir, "rootfs")); err != nil {
-			return fmt.Errorf("moving root filesystem into place: %w", err)
-		}
-		t = &Template{
-			Name: spec.Name, ID: id, Hash: hash, RootFS: filepath.Join(dir, "rootfs"),
-			User: spec.User, Workdir: spec.Workdir, Env: spec.Env,
-			BuiltAt: time.Now().UTC(), BuildDuration: time.Since(start).Round(time.Millisecond),
-			SizeBytes: size, BuilderVersion: BuilderVersion, Spec: spec,
-		}
-		if err := writeMeta(dir, t); err != nil {
-			return errors.Join(fmt.Errorf("writing template metadata: %w", err), removeTree(dir))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	log.Info("template built", "took", t.BuildDuration, "size_bytes", t.SizeBytes, "rootfs", t.RootFS)
-	rep.finish(fmt.Sprintf("built %s in %s (%s)", id, t.BuildDuration.Round(time.Second), humanBytes(t.SizeBytes)))
-	return t, nil
+	name := "debian-" + spec.Suite
+	return &Template{Name: name, ID: ID(name, key), Hash: key, RootFS: b.layerDiff(key)}, nil
 }
 
 // removeLeftovers removes what builds of this spec that died left behind:
@@ -216,8 +151,14 @@ func removeLeftovers(log *slog.Logger, buildRoot, prefix, dir string) error {
 	return nil
 }
 
-// bootstrapRootfs runs debootstrap into rootfs.
+// bootstrapRootfs runs debootstrap into rootfs and prepares it for apt.
 func (b *Builder) bootstrapRootfs(ctx context.Context, log *slog.Logger, rep *reporter, rootfs string, spec Spec) error {
+	bootstrap := b.bootstrap
+	if bootstrap == nil {
+		bootstrap = func(ctx context.Context, rootfs string, spec Spec) error {
+			return b.debootstrap(ctx, log, rep, rootfs, spec)
+		}
+	}
 	// debootstrap accepts a target that exists; dpkg reads this file from
 	// the first package it installs on.
 	if err := os.MkdirAll(filepath.Join(rootfs, filepath.Dir(unsafeIOConf)), 0o755); err != nil {
@@ -226,9 +167,35 @@ func (b *Builder) bootstrapRootfs(ctx context.Context, log *slog.Logger, rep *re
 	if err := os.WriteFile(filepath.Join(rootfs, unsafeIOConf), []byte("force-unsafe-io\n"), 0o644); err != nil {
 		return err
 	}
-	if b.bootstrap != nil {
-		return b.bootstrap(ctx, rootfs, spec)
+	if err := bootstrap(ctx, rootfs, spec); err != nil {
+		return err
 	}
+	// What apt in the package step needs: the mirror, and no services
+	// started by package scripts. finalize removes or replaces both.
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, f := range []struct {
+		name    string
+		content string
+		mode    fs.FileMode
+	}{
+		{"etc/apt/sources.list", sourcesList(b.mirror(), spec.Suite), 0o644},
+		{policyRCD, "#!/bin/sh\nexit 101\n", 0o755},
+	} {
+		if err := replaceFile(root, f.name, []byte(f.content), f.mode, 0, 0); err != nil {
+			return fmt.Errorf("preparing apt: %w", err)
+		}
+	}
+	return nil
+}
+
+// debootstrap runs debootstrap into rootfs, on the host: it fetches from
+// the configured mirror only, and its second stage runs the packages'
+// maintainer scripts chrooted into rootfs as host root (docs/SECURITY.md).
+func (b *Builder) debootstrap(ctx context.Context, log *slog.Logger, rep *reporter, rootfs string, spec Spec) error {
 	path, err := debootstrapPath()
 	if err != nil {
 		return err
@@ -273,108 +240,43 @@ func (b *Builder) bootstrapRootfs(ctx context.Context, log *slog.Logger, rep *re
 	return errors.Join(err, sweepMounts(rootfs))
 }
 
-// installPackages installs spec.Packages with apt-get in the chroot.
-func (b *Builder) installPackages(ctx context.Context, log *slog.Logger, rep *reporter, root *os.Root, rootfs string, spec Spec) error {
-	resolv, err := os.ReadFile("/etc/resolv.conf")
-	if err != nil {
-		return fmt.Errorf("reading host resolv.conf: %w", err)
-	}
-	for _, f := range []struct {
-		name    string
-		content string
-		mode    fs.FileMode
-	}{
-		{"etc/resolv.conf", string(resolv), 0o644},
-		{"etc/apt/sources.list", sourcesList(b.mirror(), spec.Suite), 0o644},
-		{policyRCD, "#!/bin/sh\nexit 101\n", 0o755},
-	} {
-		if err := replaceFile(root, f.name, []byte(f.content), f.mode, 0, 0); err != nil {
-			return fmt.Errorf("preparing apt: %w", err)
-		}
-	}
-	var ap aptProgress
-	update := command{
-		name: "apt-get update", path: "/usr/bin/apt-get", chroot: rootfs, env: chrootEnv(),
-		args: []string{"-q", "-o", "APT::Status-Fd=3", "update"},
-		status: func(line string) {
-			if _, ok := parseAptStatus(line); ok {
-				rep.update(Event{Phase: "updating index", Percent: -1})
-			}
-		},
-	}
-	if err := update.run(ctx, log); err != nil {
-		return err
-	}
-	install := command{
-		name: "apt-get install", path: "/usr/bin/apt-get", chroot: rootfs, env: chrootEnv(),
-		args: append([]string{"-q", "-y", "--no-install-recommends",
-			"-o", "APT::Status-Fd=3",
-			"-o", "Dpkg::Progress-Fancy=0",
-			"-o", "Dpkg::Use-Pty=0",
-			"-o", "Dpkg::Options::=--force-confdef",
-			"-o", "Dpkg::Options::=--force-confold",
-			"install"}, spec.Packages...),
-		output: ap.output,
-		status: func(line string) {
-			if ev, ok := ap.status(line); ok {
-				rep.update(ev)
-			}
-			if st, ok := parseAptStatus(line); ok && st.Kind == "pmerror" {
-				log.Warn("dpkg error", "package", st.Item, "msg", st.Message)
-			}
-		},
-	}
-	return install.run(ctx, log)
-}
-
 func sourcesList(mirror, suite string) string {
 	return "deb " + mirror + " " + suite + " main\n"
 }
 
-func applySteps(ctx context.Context, log *slog.Logger, rep *reporter, root *os.Root, rootfs string, steps []Step) error {
+// applyFileSteps applies steps that are not user steps to the tree root.
+func applyFileSteps(rep *reporter, root *os.Root, first int, steps []Step) error {
 	for i, st := range steps {
 		rep.update(Event{Phase: "running", Done: i, Total: len(steps),
 			Percent: 100 * float64(i) / float64(len(steps)), Item: st.String()})
 		var err error
 		switch {
-		case st.User != nil:
-			err = addUser(ctx, log, rootfs, st.User)
 		case st.File != nil:
 			err = applyFile(root, st.File)
 		case st.Dir != nil:
 			err = applyDir(root, st.Dir)
 		case st.Symlink != nil:
 			err = applySymlink(root, st.Symlink)
+		default:
+			err = errors.New("not a file, directory or symlink step")
 		}
 		if err != nil {
-			return fmt.Errorf("step %d (%s): %w", i+1, st, err)
+			return fmt.Errorf("step %d (%s): %w", first+i+1, st, err)
 		}
 	}
 	rep.update(Event{Phase: "done", Done: len(steps), Total: len(steps), Percent: 100})
 	return nil
 }
 
-// addUser creates the user and its primary group with the shadow tools of
-// the rootfs itself, and deletes the password.
-func addUser(ctx context.Context, log *slog.Logger, rootfs string, u *UserStep) error {
-	useradd := []string{
-		"--uid", strconv.Itoa(u.UID), "--gid", strconv.Itoa(u.GID),
-		"--create-home", "--home-dir", u.Home, "--shell", u.Shell,
-	}
-	if len(u.Groups) > 0 {
-		useradd = append(useradd, "--groups", strings.Join(u.Groups, ","))
-	}
-	for _, c := range []command{
-		{name: "groupadd", path: "/usr/sbin/groupadd", args: []string{"--gid", strconv.Itoa(u.GID), u.Name}},
-		{name: "useradd", path: "/usr/sbin/useradd", args: append(useradd, u.Name)},
-		{name: "passwd --delete", path: "/usr/bin/passwd", args: []string{"--delete", u.Name}},
-	} {
-		c.chroot, c.env = rootfs, chrootEnv()
-		if err := c.run(ctx, log); err != nil {
-			return err
-		}
-	}
-	return nil
+// userCommand is the command of a user step: it creates the user and its
+// primary group with the image's own shadow tools, and deletes the
+// password. The values are positional parameters, never shell text.
+func userCommand(u *UserStep) []string {
+	groups := strings.Join(u.Groups, ",")
+	script := `groupadd --gid "$2" "$1" && ` +
+		`useradd --uid "$3" --gid "$2" --create-home --home-dir "$4" --shell "$5" ${6:+--groups "$6"} "$1" && ` +
+		`passwd --delete "$1"`
+	return []string{"/bin/sh", "-c", script, "sh", u.Name, strconv.Itoa(u.GID), strconv.Itoa(u.UID), u.Home, u.Shell, groups}
 }
 
 // finalize removes the build's scaffolding and caches from the rootfs and

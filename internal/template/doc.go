@@ -14,13 +14,20 @@
 //	templates/<name>/<hash>.lock            flock held while building or removing
 //	templates/.build/<name>-<hash12>-*      build in progress (same filesystem, renamed into place)
 //	templates/.cache/debs                   downloaded .debs shared by debootstrap runs
+//	templates/.layers/<key>/diff            a cached step's changes, or a debootstrapped system
 //	templates/.images/<digest>/rootfs       an unpacked OCI image (see image_linux.go)
 //
-// Building needs root and debootstrap. The chroot mounts (/proc, /sys, /dev)
-// and anything debootstrap mounted are undone on every path out of a build,
-// including a cancelled context; a tree is only ever removed after checking
-// that nothing is mounted beneath it and without crossing into another
-// filesystem, so a failed build can never delete the host's /dev.
+// Building needs root. Every step that runs a command (RUN, a spec's
+// Packages, a user step) goes to the Builder's StepRunner, which the
+// server wires to a sandbox per step (sandbox.Manager.RunStep): this
+// package never runs an image's programs itself. What it does on the host
+// is debootstrap (a Debian system from the configured mirror, cached as the
+// bottom layer of the spec's build), writing COPY, file, directory and
+// symlink steps through an os.Root over an overlay, unpacking OCI images,
+// and flattening layers. Anything a killed debootstrap mounted is undone
+// on every path out of a build, including a cancelled context; a tree is
+// only ever removed after checking that nothing is mounted beneath it and
+// without crossing into another filesystem.
 //
 // The templates do not contain envd: the isolation backends bind-mount it.
 package template

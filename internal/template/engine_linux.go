@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,25 +117,11 @@ func (s *imageState) runEnv(home string) []string {
 	return out
 }
 
-// buildDerived builds spec on top of from into dir. The caller holds dir's
-// lock and has checked that dir holds no completed template.
-func (b *Builder) buildDerived(ctx context.Context, spec Spec, from *Template, hash, dir, nonce string) (_ *Template, err error) {
-	start := time.Now()
+// buildDerived builds spec on top of from into dir, reporting to rep; the
+// build began at start. The caller holds dir's lock and has checked that
+// dir holds no completed template.
+func (b *Builder) buildDerived(ctx context.Context, log *slog.Logger, rep *reporter, spec Spec, from *Template, hash, dir, nonce string, start time.Time) (_ *Template, err error) {
 	id := ID(spec.Name, hash)
-	log := b.logger().With("template", id)
-	stages := len(spec.Instructions) + 1
-	if len(spec.Packages) > 0 {
-		stages++
-	}
-	if len(spec.Steps) > 0 {
-		stages++
-	}
-	rep := newReporter(b.Progress, spec.Name, stages, b.hook)
-	defer func() {
-		if err != nil {
-			rep.finish("build failed after " + time.Since(start).Round(time.Millisecond).String())
-		}
-	}()
 	log.Info("building template", "from", from.ID, "packages", len(spec.Packages),
 		"steps", len(spec.Steps), "instructions", len(spec.Instructions))
 
@@ -156,20 +141,14 @@ func (b *Builder) buildDerived(ctx context.Context, spec Spec, from *Template, h
 			return nil, fmt.Errorf("installing packages: %w", err)
 		}
 	}
-	if len(spec.Steps) > 0 {
+	first := 0
+	for _, group := range stepGroups(spec.Steps) {
 		rep.startStage("steps")
-		key := stepsKey(st.key, spec.Steps)
-		st.cached = st.cached && b.hasLayer(key)
-		err := b.layer(ctx, st, key, "steps", func(diff, work, scratch string) error {
-			return withOverlay(st.lower(), diff, work, filepath.Join(scratch, "mnt"), true, func(root *os.Root, merged string) error {
-				return applySteps(ctx, log, rep, root, merged, spec.Steps)
-			})
-		})
-		if err != nil {
+		key := stepsKey(st.key, group)
+		if err := b.stepsLayer(ctx, log, rep, st, key, first, group); err != nil {
 			return nil, fmt.Errorf("applying steps: %w", err)
 		}
-		st.layers = append(st.layers, b.layerDiff(key))
-		st.key = key
+		first += len(group)
 	}
 	forced := false
 	for i, in := range spec.Instructions {
@@ -315,35 +294,32 @@ func (b *Builder) instruction(ctx context.Context, log *slog.Logger, rep *report
 	return nil
 }
 
-// runLayer runs a RUN in a jail over st's layers, or takes its layer from
-// the cache. step is its 1-based index in the spec's instructions (0 for
-// the package install).
+// runLayer runs a RUN in a sandbox over st's layers (b.Steps), or takes
+// its layer from the cache. step is its 1-based index in the spec's
+// instructions (0 for the package install, whose apt-get output becomes
+// progress).
 func (b *Builder) runLayer(ctx context.Context, log *slog.Logger, rep *reporter, st *imageState, key string, step int, in Instruction) error {
-	return b.cachedLayer(ctx, log, rep, st, key, step, in, func(diff, work, scratch string) error {
+	return b.cachedLayer(ctx, log, rep, st, key, step, in, func(diff, _, _ string) error {
 		own, err := resolveOwner(st.readFile, cmp.Or(in.User, st.user))
 		if err != nil {
 			return err
 		}
 		out := &tail{n: 20}
-		lw := &lineWriter{fn: func(s string) {
+		var ap aptProgress
+		line := func(s string) {
 			out.add(s)
 			log.Info(s, "step", step)
-			rep.update(Event{Phase: "running", Percent: -1, Item: s})
-		}}
-		mnt := filepath.Join(scratch, "mnt")
-		if err := os.Mkdir(mnt, 0o700); err != nil {
-			return err
+			ev, ok := ap.line(s)
+			if step != 0 || !ok {
+				ev = Event{Phase: "running", Percent: -1, Item: s}
+			}
+			rep.update(ev)
 		}
-		code, err := jail.Run(ctx, jail.RunSpec{
-			Lower: st.lower(), Upper: diff, Work: work, MountDir: mnt,
-			Args: []string{"/bin/sh", "-c", in.Args[0]},
-			Env:  st.runEnv(own.Home), Dir: st.workdir,
-			UID: uint32(own.UID), GID: uint32(own.GID), Groups: own.Groups,
-			Files:  map[string]string{"/etc/resolv.conf": "/etc/resolv.conf"},
-			Output: lw,
-		})
-		lw.flush()
-		if err != nil {
+		code, err := b.runStep(ctx, st, diff, []string{"/bin/sh", "-c", in.Args[0]}, own, st.workdir, line)
+		switch {
+		case errors.Is(err, ErrStepTimeout):
+			return &StepError{Step: step, Instruction: in, ExitCode: -1, LogTail: slices.Clone(out.lines), Err: err, Timeout: b.StepTimeout}
+		case err != nil:
 			return err
 		}
 		if code != 0 {
@@ -351,6 +327,67 @@ func (b *Builder) runLayer(ctx context.Context, log *slog.Logger, rep *reporter,
 		}
 		return nil
 	})
+}
+
+// runStep runs args as own in dir over st's layers with b.Steps, its
+// changes going to upper (the layer being made).
+func (b *Builder) runStep(ctx context.Context, st *imageState, upper string, args []string, own owner, dir string, line func(string)) (int, error) {
+	if b.Steps == nil {
+		return 0, ErrNoStepRunner
+	}
+	return b.Steps.RunStep(ctx, StepSpec{
+		Layers: st.lower(), Upper: upper,
+		Args: args, Env: st.runEnv(own.Home), Dir: dir,
+		UID: uint32(own.UID), GID: uint32(own.GID), Groups: own.Groups,
+		Output: line, Timeout: b.StepTimeout,
+	})
+}
+
+// stepsLayer applies a group of a spec's Steps (stepGroups), the first of
+// them at index first, as one layer, or takes it from the cache: a user
+// step runs the image's useradd in a sandbox, the others write files
+// through an overlay on the host.
+func (b *Builder) stepsLayer(ctx context.Context, log *slog.Logger, rep *reporter, st *imageState, key string, first int, group []Step) error {
+	st.cached = st.cached && b.hasLayer(key)
+	err := b.layer(ctx, st, key, "steps", func(diff, work, scratch string) error {
+		if u := group[0].User; u != nil {
+			out := &tail{n: 20}
+			code, err := b.runStep(ctx, st, diff, userCommand(u), owner{Home: "/root"}, "/", func(s string) {
+				out.add(s)
+				log.Info(s, "step", 0)
+			})
+			if err == nil && code != 0 {
+				err = fmt.Errorf("useradd and friends exited with code %d:\n  %s", code, strings.ReplaceAll(out.String(), "\n", "\n  "))
+			}
+			if err != nil {
+				return fmt.Errorf("step %d (%s): %w", first+1, group[0], err)
+			}
+			return nil
+		}
+		return withOverlay(st.lower(), diff, work, filepath.Join(scratch, "mnt"), func(root *os.Root) error {
+			return applyFileSteps(rep, root, first, group)
+		})
+	})
+	if err != nil {
+		return err
+	}
+	st.layers = append(st.layers, b.layerDiff(key))
+	st.key = key
+	return nil
+}
+
+// stepGroups splits steps into the groups that each make one layer: every
+// user step alone (it runs in a sandbox), and the runs of other steps
+// between them (applied on the host).
+func stepGroups(steps []Step) [][]Step {
+	var groups [][]Step
+	for i, st := range steps {
+		if st.User != nil || i == 0 || steps[i-1].User != nil {
+			groups = append(groups, nil)
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], st)
+	}
+	return groups
 }
 
 // copyLayer runs a COPY on the host: the context archive is extracted into
@@ -368,7 +405,7 @@ func (b *Builder) copyLayer(ctx context.Context, log *slog.Logger, rep *reporter
 				return err
 			}
 		}
-		return withOverlay(st.lower(), diff, work, filepath.Join(scratch, "mnt"), false, func(root *os.Root, _ string) error {
+		return withOverlay(st.lower(), diff, work, filepath.Join(scratch, "mnt"), func(root *os.Root) error {
 			isDir := func(name string) bool {
 				fi, err := root.Stat(name)
 				return err == nil && fi.IsDir()
@@ -489,10 +526,9 @@ func overlayOpts(lower []string, upper, work string) (string, error) {
 }
 
 // withOverlay mounts an overlay of lower (top first) with upper and work
-// at mnt on the host, calls fn with the merged tree, and unmounts it.
-// With chroot set, /proc, /sys and /dev are mounted in it for programs
-// run chrooted there (the Steps' useradd).
-func withOverlay(lower []string, upper, work, mnt string, chroot bool, fn func(root *os.Root, merged string) error) (err error) {
+// at mnt on the host, calls fn with the merged tree, and unmounts it. The
+// tree is only written through fn's os.Root; nothing in it runs.
+func withOverlay(lower []string, upper, work, mnt string, fn func(root *os.Root) error) (err error) {
 	opts, err := overlayOpts(lower, upper, work)
 	if err != nil {
 		return err
@@ -500,30 +536,24 @@ func withOverlay(lower []string, upper, work, mnt string, chroot bool, fn func(r
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		return err
 	}
-	if err := unix.Mount("overlay", mnt, "overlay", 0, opts); err != nil {
+	if err := unix.Mount("overlay", mnt, "overlay", unix.MS_NODEV|unix.MS_NOSUID, opts); err != nil {
 		return fmt.Errorf("mounting build overlay: %w", err)
 	}
-	var c cleanup
-	c.push("unmounting build overlay", func(context.Context) error { return unmount(mnt) })
-	defer func() { err = errors.Join(err, c.run(context.Background())) }()
-	if chroot {
-		if err := mountChroot(mnt, &c); err != nil {
-			return err
-		}
-	}
+	defer func() { err = errors.Join(err, unmount(mnt)) }()
 	root, err := os.OpenRoot(mnt)
 	if err != nil {
 		return err
 	}
 	defer root.Close()
-	return fn(root, mnt)
+	return fn(root)
 }
 
 // aptInstallCommand is the RUN that installs a derived spec's Packages.
 func aptInstallCommand(pkgs []string) string {
 	sorted := slices.Compact(slices.Sorted(slices.Values(pkgs)))
-	return "export DEBIAN_FRONTEND=noninteractive && apt-get -q update && " +
-		"apt-get -q -y --no-install-recommends install " + strings.Join(sorted, " ") +
+	return "export DEBIAN_FRONTEND=noninteractive DEBCONF_NONINTERACTIVE_SEEN=true && apt-get -q update && " +
+		"apt-get -q -y --no-install-recommends -o Dpkg::Use-Pty=0 " +
+		"-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install " + strings.Join(sorted, " ") +
 		" && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
 }
 

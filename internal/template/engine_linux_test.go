@@ -17,17 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
-
-// TestMain lets the test binary serve as the jail's init, which RUN steps
-// re-execute.
-func TestMain(m *testing.M) {
-	jail.ExitIfInit()
-	os.Exit(m.Run())
-}
 
 // recorder is a slog handler that keeps the build log's records.
 type recorder struct {
@@ -134,7 +126,7 @@ func derivedSpec(filesHash, last string) Spec {
 	return Spec{
 		Name: "test-derived", From: "tiny",
 		Instructions: []Instruction{
-			{Op: OpRun, Args: []string{"rm /etc/hosts && echo one > /one && cat /proc/sys/kernel/hostname > /hostname"}},
+			{Op: OpRun, Args: []string{"rm /etc/hosts && echo one > /one"}},
 			{Op: OpCopy, Args: []string{"src", "/dst/"}, FilesHash: filesHash, Chown: "user"},
 			{Op: OpEnv, Args: []string{"X", "1"}},
 			{Op: OpUser, Args: []string{"user"}},
@@ -171,7 +163,6 @@ func TestDerivedBuildAndCache(t *testing.T) {
 	}
 	root := tmpl.RootFS
 	checkFile(t, root, "one", 0o644, 0, "one\n")
-	checkFile(t, root, "hostname", 0o644, 0, "build\n")
 	checkFile(t, root, "dst/a.txt", 0o644, 1000, "A\n")
 	checkFile(t, root, "dst/sub/b.txt", 0o644, 1000, "B\n")
 	checkFile(t, root, "home/user/work/two", 0o644, 1000, "1 1000 /home/user/work\n")
@@ -331,4 +322,49 @@ func TestDerivedSteps(t *testing.T) {
 		t.Errorf("/opt/link = %q, %v; want a symlink to /opt/real", target, err)
 	}
 	assertNoMounts(t, data)
+}
+
+// A step that runs past the builder's step timeout fails the build with an
+// error that names it and the timeout.
+func TestDerivedStepTimeout(t *testing.T) {
+	data := safeTempDir(t)
+	tinyBase(t, data)
+	b := testBuilder(t, data)
+	b.StepTimeout = time.Second
+	start := time.Now()
+	_, err := b.Ensure(t.Context(), Spec{Name: "test-timeout", From: "tiny", Instructions: []Instruction{
+		{Op: OpRun, Args: []string{"echo fine"}},
+		{Op: OpRun, Args: []string{"echo started; sleep 60"}},
+	}})
+	var se *StepError
+	if !errors.As(err, &se) || !errors.Is(err, ErrStepTimeout) || !strings.Contains(err.Error(), "step 2 (RUN echo started; sleep 60) timed out after 1s") {
+		t.Fatalf("Ensure = %v, want step 2 timed out after 1s", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Errorf("the timed-out build returned after %s", d)
+	}
+	if !slices.Contains(se.LogTail, "started") {
+		t.Errorf("log tail %q lacks the step's output", se.LogTail)
+	}
+	assertNoMounts(t, data)
+	assertNoBuildDirs(t, data, "")
+}
+
+func TestStepGroups(t *testing.T) {
+	u := Step{User: &UserStep{Name: "u"}}
+	f := Step{File: &FileStep{Path: "/f"}}
+	d := Step{Dir: &DirStep{Path: "/d"}}
+	got := stepGroups([]Step{u, d, f, u, u, f})
+	want := [][]Step{{u}, {d, f}, {u}, {u}, {f}}
+	if len(got) != len(want) {
+		t.Fatalf("stepGroups = %d groups, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if len(got[i]) != len(want[i]) || got[i][0].String() != want[i][0].String() {
+			t.Errorf("group %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+	if g := stepGroups(nil); len(g) != 0 {
+		t.Errorf("stepGroups(nil) = %v", g)
+	}
 }

@@ -1,7 +1,6 @@
 package template
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"log/slog"
@@ -12,19 +11,16 @@ import (
 	"time"
 )
 
-// command is an external program run by a build: debootstrap on the host,
-// apt-get and useradd inside the chroot.
+// command is an external program a build runs on the host: debootstrap.
 type command struct {
-	name   string // names the step in errors and logs: "apt-get install"
-	path   string
-	args   []string
-	env    []string
-	chroot string // run chrooted here, when set
+	name string // names the step in errors and logs
+	path string
+	args []string
+	env  []string
 	// cancel is sent to the command's whole process group when ctx is done
 	// (default SIGTERM); after a grace period everything left is killed.
 	cancel syscall.Signal
 	output func(line string) // every stdout and stderr line, if set
-	status func(line string) // lines apt writes to APT::Status-Fd=3, if set
 }
 
 // cancelGrace is how long a cancelled command may take to clean up (and
@@ -45,48 +41,18 @@ func (c command) run(ctx context.Context, log *slog.Logger) error {
 	cmd.Env = c.env
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = lw, lw
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Chroot: c.chroot}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	sig := c.cancel
 	if sig == 0 {
 		sig = syscall.SIGTERM
 	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, sig) }
 	cmd.WaitDelay = cancelGrace
-
-	var statusR *os.File
-	statusDone := make(chan struct{})
-	if c.status != nil {
-		r, w, err := os.Pipe()
-		if err != nil {
-			return fmt.Errorf("running %s: %w", c.name, err)
-		}
-		defer r.Close()
-		defer w.Close()
-		statusR = r
-		cmd.ExtraFiles = []*os.File{w} // fd 3
-	}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("running %s: %w", c.name, err)
 	}
-	if statusR != nil {
-		cmd.ExtraFiles[0].Close() // our copy; EOF once the children close theirs
-		go func() {
-			defer close(statusDone)
-			sc := bufio.NewScanner(statusR)
-			for sc.Scan() {
-				c.status(sc.Text())
-			}
-		}()
-	} else {
-		close(statusDone)
-	}
 	err := cmd.Wait()
 	lw.flush()
-	if statusR != nil {
-		// A daemon started by a package script could keep the pipe open.
-		statusR.SetReadDeadline(time.Now().Add(2 * time.Second))
-	}
-	<-statusDone
 	if err != nil {
 		// Whatever is left of the process group (dpkg, maintainer scripts)
 		// must not outlive the build or keep its mounts busy.
@@ -114,9 +80,4 @@ func hostEnv() []string {
 		}
 	}
 	return env
-}
-
-// chrootEnv is the environment for commands run in the chroot.
-func chrootEnv() []string {
-	return append(hostEnv(), "DEBIAN_FRONTEND=noninteractive", "DEBCONF_NONINTERACTIVE_SEEN=true")
 }

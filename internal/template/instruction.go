@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // Instruction is one build step run inside a sandbox of the image built so
@@ -175,15 +176,20 @@ type StepError struct {
 	LogTail []string
 	// Err is the cause when the step did not fail by exiting non-zero.
 	Err error
+	// Timeout is set when the step ran past it (Err wraps ErrStepTimeout).
+	Timeout time.Duration
 }
 
 // Error implements error.
 func (e *StepError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "step %d (%s)", e.Step, e.Instruction)
-	if e.Err != nil {
+	switch {
+	case e.Timeout > 0:
+		fmt.Fprintf(&b, " timed out after %s", e.Timeout)
+	case e.Err != nil:
 		fmt.Fprintf(&b, ": %v", e.Err)
-	} else {
+	default:
 		fmt.Fprintf(&b, " failed with exit code %d", e.ExitCode)
 	}
 	if len(e.LogTail) > 0 {

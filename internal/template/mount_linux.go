@@ -3,7 +3,6 @@ package template
 import (
 	"bufio"
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -100,40 +99,6 @@ func sweepMounts(dir string) error {
 		err = fmt.Errorf("still mounted after unmounting: %s", strings.Join(ms, ", "))
 	}
 	return err
-}
-
-// mountChroot makes rootfs usable as a chroot for package scripts: a fresh
-// proc and a read-only sysfs, and the host's /dev bound (not recursively)
-// and made private. Each mount pushes its undo onto c before the next one
-// is tried.
-func mountChroot(rootfs string, c *cleanup) error {
-	mounts := []struct {
-		source, dir, fstype string
-		flags               uintptr
-	}{
-		{"proc", "proc", "proc", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC},
-		{"sysfs", "sys", "sysfs", unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC | unix.MS_RDONLY},
-		{"/dev", "dev", "", unix.MS_BIND},
-	}
-	for _, m := range mounts {
-		target := filepath.Join(rootfs, m.dir)
-		// Never mount through a symlink: it could point out of the rootfs.
-		if fi, err := os.Lstat(target); err != nil {
-			return fmt.Errorf("mounting %s: %w", target, err)
-		} else if !fi.IsDir() {
-			return fmt.Errorf("mounting %s: not a directory", target)
-		}
-		if err := unix.Mount(m.source, target, m.fstype, m.flags, ""); err != nil {
-			return fmt.Errorf("mounting %s on %s: %w", m.source, target, err)
-		}
-		c.push("unmounting "+target, func(context.Context) error { return unmount(target) })
-		if m.flags&unix.MS_BIND != 0 {
-			if err := unix.Mount("", target, "", unix.MS_PRIVATE, ""); err != nil {
-				return fmt.Errorf("making %s private: %w", target, err)
-			}
-		}
-	}
-	return nil
 }
 
 // removeTree removes dir and everything in it, refusing to if anything is

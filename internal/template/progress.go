@@ -96,100 +96,53 @@ func (d *debootstrapProgress) counted(phase string, done, total int, item string
 	return d.set(Event{Phase: phase, Done: done, Total: total, Percent: pct, Item: item})
 }
 
-// aptStatus is one line of apt's APT::Status-Fd output, e.g.
-//
-//	dlstatus:3:12.5:Retrieving file 3 of 415
-//	pmstatus:nodejs:62.3:Unpacking nodejs (amd64)
-//	pmerror:npm:99.1:dependency problems - leaving unconfigured
-type aptStatus struct {
-	Kind    string // dlstatus, pmstatus, pmerror, pmconffile, media-change
-	Item    string
-	Percent float64
-	Message string
-}
-
-func parseAptStatus(line string) (aptStatus, bool) {
-	f := strings.SplitN(strings.TrimSpace(line), ":", 4)
-	if len(f) != 4 {
-		return aptStatus{}, false
-	}
-	pct, err := strconv.ParseFloat(f[2], 64)
-	if err != nil {
-		return aptStatus{}, false
-	}
-	switch f[0] {
-	case "dlstatus", "pmstatus", "pmerror", "pmconffile", "media-change":
-	default:
-		return aptStatus{}, false
-	}
-	return aptStatus{Kind: f[0], Item: f[1], Percent: pct, Message: f[3]}, true
-}
-
-// aptProgress turns apt status lines and apt-get's own output into events.
-// status and output are called from different goroutines (apt's status
-// pipe and its stdout).
+// aptProgress turns apt-get's output into events: the package count from
+// its summary line "0 upgraded, 415 newly installed, 0 to remove and 0 not
+// upgraded.", then "Get:N" while downloading, then dpkg's "Unpacking x"
+// and "Setting up x" while installing.
 type aptProgress struct {
-	mu        sync.Mutex // guards the fields below
-	total     int        // packages to install, from "N newly installed"
-	unpacked  int        // "Unpacking x" status lines
-	installed int        // "Installed x" status lines
+	total    int // packages to install
+	unpacked int // "Unpacking x" lines
+	setUp    int // "Setting up x" lines
 }
 
-// status converts one status-fd line; ok is false for lines that carry no
+// line converts one output line; ok is false for lines that carry no
 // progress.
-func (a *aptProgress) status(line string) (ev Event, ok bool) {
-	st, ok := parseAptStatus(line)
-	if !ok {
+func (a *aptProgress) line(s string) (ev Event, ok bool) {
+	var up, n int
+	if _, err := fmt.Sscanf(s, "%d upgraded, %d newly installed", &up, &n); err == nil {
+		a.total = n
 		return Event{}, false
 	}
-	switch st.Kind {
-	case "dlstatus":
-		ev := Event{Phase: "downloading", Percent: st.Percent}
-		// "Retrieving file 3 of 415"
-		var i, n int
-		if _, err := fmt.Sscanf(st.Message, "Retrieving file %d of %d", &i, &n); err == nil {
-			ev.Done, ev.Total = i, n
-		}
-		return ev, true
-	case "pmstatus":
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		item := st.Item
-		if item == "dpkg-exec" {
-			item = ""
-		}
-		switch {
-		case strings.HasPrefix(st.Message, "Unpacking "):
-			a.unpacked++
-		case strings.HasPrefix(st.Message, "Installed "):
-			a.installed++
-		}
-		// dpkg unpacks and configures in interleaved batches; half the
-		// sum counts packages monotonically, reaching the total at the end.
-		done := (a.unpacked + a.installed) / 2
-		if a.total > 0 {
-			done = min(done, a.total)
-		}
-		return Event{Phase: "installing", Done: done, Total: a.total, Percent: st.Percent, Item: item}, true
+	var i int
+	if _, err := fmt.Sscanf(s, "Get:%d ", &i); err == nil && a.total > 0 {
+		return Event{Phase: "downloading", Done: min(i, a.total), Total: a.total, Percent: 100 * float64(min(i, a.total)) / float64(a.total)}, true
 	}
-	return Event{}, false
-}
-
-// output notes the package count from apt-get's summary line
-// "0 upgraded, 415 newly installed, 0 to remove and 0 not upgraded."
-func (a *aptProgress) output(line string) {
-	var up, n int
-	if _, err := fmt.Sscanf(line, "%d upgraded, %d newly installed", &up, &n); err == nil {
-		a.mu.Lock()
-		a.total = n
-		a.mu.Unlock()
+	var item string
+	switch {
+	case strings.HasPrefix(s, "Unpacking "):
+		a.unpacked++
+		item = strings.Fields(s)[1]
+	case strings.HasPrefix(s, "Setting up "):
+		a.setUp++
+		item = strings.Fields(s)[2]
+	default:
+		return Event{}, false
 	}
+	// dpkg unpacks and configures in interleaved batches; half the sum
+	// counts packages monotonically, reaching the total at the end.
+	done := (a.unpacked + a.setUp) / 2
+	ev = Event{Phase: "installing", Done: done, Total: a.total, Percent: -1, Item: item}
+	if a.total > 0 {
+		ev.Done = min(done, a.total)
+		ev.Percent = 100 * float64(ev.Done) / float64(a.total)
+	}
+	return ev, true
 }
 
 // reporter renders build progress. On a terminal it redraws one line with
 // a bar; otherwise it prints one plain line per stage and phase. It is safe
-// for concurrent use: command output and apt's status pipe feed it from
-// different goroutines.
+// for concurrent use.
 type reporter struct {
 	mu       sync.Mutex // guards every field below
 	w        io.Writer  // nil: no output

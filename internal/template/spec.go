@@ -99,8 +99,9 @@ type Step struct {
 	Symlink *SymlinkStep `json:"symlink,omitempty"`
 }
 
-// UserStep creates a user and its primary group (useradd in the chroot),
-// creates its home from /etc/skel and deletes its password.
+// UserStep creates a user and its primary group (the image's useradd, in a
+// build step sandbox), creates its home from /etc/skel and deletes its
+// password.
 type UserStep struct {
 	Name  string `json:"name"`
 	UID   int    `json:"uid"`

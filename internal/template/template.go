@@ -69,6 +69,16 @@ type Builder struct {
 	// server, pulling what API callers name, sets a fetch.Dialer's.
 	RegistryTransport http.RoundTripper
 
+	// Steps runs the build steps that run commands (RUN, Packages, user
+	// steps), each in a sandbox; nil fails a build that has one
+	// (ErrNoStepRunner).
+	Steps StepRunner
+	// StepTimeout bounds each step run by Steps; zero: no bound.
+	StepTimeout time.Duration
+	// BuildTimeout bounds the build of one template (not the template it
+	// starts from, which is a build of its own); zero: no bound.
+	BuildTimeout time.Duration
+
 	// Test seams: bootstrap replaces the debootstrap stage; hook sees
 	// every progress event.
 	bootstrap func(ctx context.Context, rootfs string, spec Spec) error

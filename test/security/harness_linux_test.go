@@ -30,6 +30,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/gateway"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -88,6 +89,7 @@ type harness struct {
 	// nothing of it may reach a sandbox. leakIno is its inode.
 	leak    [2]int
 	leakIno uint64
+	st      *store.Store
 }
 
 // either is what a case expects with user namespaces, or without.
@@ -108,7 +110,9 @@ func (h *harness) eitherUser(as, asUser, asRoot string) string {
 
 // newHarness starts a sandbox manager over the jail with user namespaces
 // on or off; on a host that cannot have them, the test skips and says why.
-func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
+// Template build steps (RunStep) may reach site.test only. opts change the
+// manager's configuration.
+func newHarness(t *testing.T, userns jail.UsernsMode, opts ...func(*sandbox.Config)) *harness {
 	testenv.RequireRoot(t)
 	testenv.LockFirewall(t)
 	ctx := context.Background()
@@ -165,8 +169,10 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 		t.Fatal(err)
 	}
 	c := egress.Ceiling{AllowDomains: []string{"site.test"}, SandboxMayWiden: true}
+	builds := egress.Ceiling{AllowDomains: []string{"site.test"}}
 	for _, p := range append(reserved, pool.Prefix()) {
 		c.ReservedCIDRs = append(c.ReservedCIDRs, p.String())
+		builds.ReservedCIDRs = append(builds.ReservedCIDRs, p.String())
 	}
 	gw, err := gateway.New(gateway.Config{
 		Ceiling: c, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: in.DNS.String()}}, Firewall: fw, Log: log,
@@ -175,6 +181,13 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gw.Close() })
+	buildGw, err := gateway.New(gateway.Config{
+		Ceiling: builds, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: in.DNS.String()}}, Firewall: fw, Log: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buildGw.Close() })
 
 	runDir := filepath.Join(dir, "run")
 	h.runDir = runDir
@@ -208,13 +221,20 @@ func newHarness(t *testing.T, userns jail.UsernsMode) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.m, err = sandbox.New(sandbox.Config{
+	cfg := sandbox.Config{
 		Store: st, Backend: backend, Log: log, Network: gw,
 		Templates:     templates{"probe": {Name: "probe", ID: "probe-00000000000", RootFS: h.rootfs, User: "user", Workdir: "/home/user"}},
 		EnvdPath:      envd,
 		DefaultMemory: memoryMB,
 		DefaultDisk:   diskMB,
-	})
+		BuildNetwork:  buildGw,
+		StepResources: isolation.Resources{MemoryMB: memoryMB, DiskSizeMB: diskMB},
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	h.st = st
+	h.m, err = sandbox.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

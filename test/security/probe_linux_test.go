@@ -185,6 +185,10 @@ func probe(cmd string, args []string) (string, error) {
 		return "ok connected", nil
 	case "get": // URL
 		return get(args[0])
+	case "unix": // ADDR: connect to a UNIX socket ("@name" is abstract), print what it says
+		return unixConnect(args[0])
+	case "listen": // PORT: answer "sandbox" on 0.0.0.0:PORT until killed
+		return listen(args[0])
 	case "udp": // ADDR PAYLOAD: send one datagram from our own address
 		c, err := net.Dial("udp4", args[0])
 		if err != nil {
@@ -512,6 +516,35 @@ func tcp(addr string) (string, error) {
 	b := make([]byte, 16)
 	n, _ := c.Read(b)
 	return fmt.Sprintf("ok connected, read %q", b[:n]), nil
+}
+
+func unixConnect(addr string) (string, error) {
+	c, err := net.DialTimeout("unix", addr, probeTimeout)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(probeTimeout))
+	b := make([]byte, 16)
+	n, _ := c.Read(b)
+	return fmt.Sprintf("ok connected, read %q", b[:n]), nil
+}
+
+func listen(port string) (string, error) {
+	ln, err := net.Listen("tcp", "0.0.0.0:"+port)
+	if err != nil {
+		return "", err
+	}
+	fmt.Println("listening")
+	os.Stdout.Sync()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return "", err
+		}
+		c.Write([]byte("sandbox"))
+		c.Close()
+	}
 }
 
 func get(url string) (string, error) {

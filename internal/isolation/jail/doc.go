@@ -43,6 +43,17 @@
 // namespace dies with it, which unmounts the overlay and the image and
 // frees the loop device.
 //
+// # Build steps: layers and export
+//
+// A template build step is a sandbox like any other, started with
+// Spec.Layers stacked over the template (each idmapped like the template
+// in a user namespace) and Spec.Export set. Its overlay is then mounted
+// with index, redirect_dir and metacopy off, so that its upper holds only
+// plain changes, and Stop, once every process is gone, exports that upper
+// from the disk image into the Export directory (export_linux.go): in a
+// helper process with a mount namespace of its own, with the sandbox's ids
+// shifted back to the template's and nothing in the tree followed.
+//
 // envd is still reached through the namespace's loopback (Dial), never
 // through the veth. PrepareNetwork (once, before Adopt) installs the
 // firewall's base and restores the pool's leases from the host veths; Adopt

@@ -7,8 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -69,6 +69,15 @@ func InitMain(args []string) error {
 		return err
 	}
 
+	if cfg.Export != nil {
+		// This process is the exporter Stop started (exportChanges).
+		if err := exportMain(cfg.Export); err != nil {
+			report(initStatus{Error: err.Error()})
+			return err
+		}
+		report(initStatus{Finished: true})
+		return nil
+	}
 	if cfg.EnvdStage != nil {
 		// This process is the envd stage (forkEnvdStage): it returns only
 		// if it could not execute envd.
@@ -97,9 +106,6 @@ func InitMain(args []string) error {
 		}
 	}()
 
-	if cfg.Run != nil {
-		return runInit(&cfg, report)
-	}
 	res, err := setupSandbox(&cfg, args)
 	if err != nil {
 		err = fmt.Errorf("init: %w", err)
@@ -158,7 +164,7 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 			logr.Close()
 		}
 	}()
-	lower, base := cfg.RootFS, 0
+	lowers, base := append(slices.Clone(cfg.Layers), cfg.RootFS), 0
 	var stage *envdStage
 	if cfg.Userns != nil {
 		if stage, res.fallback, err = prepareUserns(cfg, args, logw); err != nil {
@@ -170,16 +176,13 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 					stage.abort()
 				}
 			}()
-			lower, base = cfg.LowerDir, int(cfg.Userns.Base)
+			lowers, base = append(slices.Clone(cfg.LayerDirs), cfg.LowerDir), int(cfg.Userns.Base)
 		}
 	}
-	if cfg.Disk != "" {
-		if res.diskDev, err = mountDisk(cfg.Disk, cfg.DiskDir); err != nil {
-			return res, err
-		}
-		cfg.Upper, cfg.Work = filepath.Join(cfg.DiskDir, "upper"), filepath.Join(cfg.DiskDir, "work")
+	if res.diskDev, err = mountDisk(cfg.Disk, cfg.DiskDir, unix.MS_NODEV); err != nil {
+		return res, err
 	}
-	if err := buildRoot(cfg, lower, base); err != nil {
+	if err := buildRoot(cfg, lowers, base); err != nil {
 		return res, err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
@@ -234,7 +237,8 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 }
 
 // prepareUserns starts the envd stage in a user namespace and mounts the
-// template idmapped through it at cfg.LowerDir. When the kernel or the
+// template idmapped through it at cfg.LowerDir, and each layer at its
+// cfg.LayerDirs entry. When the kernel or the
 // template's file system refuses and the user namespace is not required,
 // it returns no stage and the reason instead, and the sandbox starts
 // without one.
@@ -246,7 +250,11 @@ func prepareUserns(cfg *initConfig, args []string, logw *os.File) (*envdStage, s
 	}
 	stage, err := forkEnvdStage(cfg.Userns.Base, args, logw)
 	if err == nil {
-		if err = idmapTree(cfg.RootFS, cfg.LowerDir, stage.userns); err != nil {
+		err = idmapTree(cfg.RootFS, cfg.LowerDir, stage.userns)
+		for i := 0; err == nil && i < len(cfg.Layers); i++ {
+			err = idmapTree(cfg.Layers[i], cfg.LayerDirs[i], stage.userns)
+		}
+		if err != nil {
 			stage.abort()
 		}
 	}

@@ -28,6 +28,9 @@ type Instance struct {
 	cmd   *exec.Cmd // nil when adopted
 	cpus  int
 	state state // set before the Instance is returned, then read-only
+	// export is where Stop exports the sandbox's changes (Spec.Export);
+	// nil when there is none or the Instance was adopted.
+	export *exportConfig
 
 	done     chan struct{} // closed when init has exited
 	stopOnce sync.Once
@@ -174,6 +177,13 @@ func (inst *Instance) stop(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
 	}
 	tKilled := time.Now()
+	if inst.export != nil {
+		// Before the disk is discarded; the network goes meanwhile. Not
+		// bounded by ctx's 30 s: a step may have written gigabytes.
+		ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exportTimeout)
+		errs = append(errs, inst.exportChanges(ectx))
+		cancel()
+	}
 	// Deleting the veth (and its shaper's ifb) waits out RCU grace periods
 	// under the kernel's RTNL lock: most of a stop's time, spent waiting.
 	// The disk's teardown does not depend on it, so the two run side by side.

@@ -86,6 +86,9 @@ const (
 	diskDir  = "disk"  // mount point of the image, in the sandbox's mount namespace only
 	rootDir  = "root"  // mount point of the overlay, likewise
 	lowerDir = "lower" // mount point of the idmapped template, likewise
+	// layersDir holds the mount points of the idmapped Spec.Layers.
+	layersDir = "layers"
+	upperDir  = "upper" // the overlay's upper directory, on the disk image
 )
 
 // cleanupStack runs undo steps in reverse unless released.
@@ -122,7 +125,10 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if res.Pids <= 0 {
 		res.Pids = defaultPids(res.MemoryMB)
 	}
-	paths := []string{spec.RootFS, spec.EnvdPath}
+	paths := append([]string{spec.RootFS, spec.EnvdPath}, spec.Layers...)
+	if spec.Export != "" {
+		paths = append(paths, spec.Export)
+	}
 	var tools []toolMount
 	for _, guest := range slices.Sorted(maps.Keys(spec.Tools)) {
 		tools = append(tools, toolMount{Host: spec.Tools[guest], Guest: guest})
@@ -131,6 +137,11 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	for _, p := range paths {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("starting sandbox %s: %q is not an absolute path", spec.ID, p)
+		}
+	}
+	if spec.Export != "" {
+		if entries, err := os.ReadDir(spec.Export); err != nil || len(entries) > 0 {
+			return nil, fmt.Errorf("starting sandbox %s: export directory %s is not an empty directory (%v)", spec.ID, spec.Export, err)
 		}
 	}
 	// The sandbox mounts its host binaries from the backend's tmpfs copy.
@@ -249,6 +260,10 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		NoNewPrivs: b.cfg.NoNewPrivs,
 		CgroupV2:   cg.Mode() == cgroup.V2,
 		Cgroups:    cg.Controllers(),
+		PlainUpper: spec.Export != "",
+	}
+	for _, l := range spec.Layers {
+		icfg.Layers = append(icfg.Layers, filepath.Clean(l))
 	}
 	if addrs.Gateway.IsValid() {
 		icfg.Nameserver = addrs.Gateway.String()
@@ -261,6 +276,13 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		undo.push(func(context.Context) error { return b.ids.Release(spec.ID) })
 		icfg.Userns = &usernsConfig{Base: base, Required: b.cfg.Userns == UsernsOn, UserTasks: userTasks(res.Pids)}
 		icfg.LowerDir = filepath.Join(dir, lowerDir)
+		for i := range icfg.Layers {
+			d := filepath.Join(dir, layersDir, strconv.Itoa(i))
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				return nil, err
+			}
+			icfg.LayerDirs = append(icfg.LayerDirs, d)
+		}
 	}
 	if cg.Mode() == cgroup.V2 {
 		// Born in the group, with the cgroup namespace rooted there.
@@ -282,6 +304,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		b: b, id: spec.ID, cg: cg, ns: ns, dir: dir, cmd: cmd,
 		cpus: res.CPUCount, done: make(chan struct{}),
 		lastCPUAt: time.Now(),
+	}
+	if spec.Export != "" {
+		inst.export = &exportConfig{Dest: filepath.Clean(spec.Export), Exclude: exportExcludes(icfg)}
 	}
 	go inst.waitChild()
 	undo.push(func(ctx context.Context) error {

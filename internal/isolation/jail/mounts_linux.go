@@ -36,29 +36,29 @@ var devices = []struct {
 	{"urandom", 1, 9}, {"tty", 5, 0},
 }
 
-// buildRoot mounts the sandbox's root filesystem, with lower as the
-// overlay's lower layer, and pivots into it. Runs in init, in the sandbox's
-// fresh mount namespace, after its mounts were made private. base is the
-// host id of the sandbox's root (0 without a user namespace): what init
-// creates in the sandbox belongs to it.
-func buildRoot(cfg *initConfig, lower string, base int) error {
-	for _, p := range []string{lower, cfg.DiskDir, cfg.RootDir, cfg.Upper, cfg.Work} {
+// buildRoot mounts the sandbox's root filesystem, with lowers (top first)
+// as the overlay's lower layers, and pivots into it. Runs in init, in the
+// sandbox's fresh mount namespace, after its mounts were made private.
+// base is the host id of the sandbox's root (0 without a user namespace):
+// what init creates in the sandbox belongs to it.
+func buildRoot(cfg *initConfig, lowers []string, base int) error {
+	for _, p := range append([]string{cfg.DiskDir, cfg.RootDir}, lowers...) {
 		if strings.ContainsAny(p, ",:\\") {
 			return fmt.Errorf("path %q cannot be an overlay option", p)
 		}
 	}
-	// A one-shot run (Run) brings its upper and work directories; a
-	// sandbox's are on its disk (setupSandbox mounted it).
-	upper, work := cfg.Upper, cfg.Work
+	// The disk is mounted (setupSandbox): the upper and work directories
+	// are on it.
+	upper, work := filepath.Join(cfg.DiskDir, upperDir), filepath.Join(cfg.DiskDir, "work")
 	for _, d := range []string{upper, work} {
 		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
 	// The merged root directory shows the upper's owner and mode: make them
-	// the template's (as the lower shows them, idmapped or not).
+	// the template's (as the top lower shows them, idmapped or not).
 	var root unix.Stat_t
-	if err := unix.Stat(lower, &root); err != nil {
+	if err := unix.Stat(lowers[0], &root); err != nil {
 		return fmt.Errorf("reading the template's root: %w", err)
 	}
 	if err := os.Lchown(upper, int(root.Uid), int(root.Gid)); err != nil {
@@ -70,24 +70,28 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 	// The layers are named relative to the directory they share, from
 	// there: the options are in the sandbox's mountinfo, and must not
 	// name host paths.
-	shared := commonDir(lower, upper, work)
+	all := append(slices.Clone(lowers), upper, work)
+	shared := commonDir(all...)
 	if err := unix.Chdir(shared); err != nil {
 		return fmt.Errorf("entering %s: %w", shared, err)
 	}
-	layers := make([]string, 3)
-	for i, p := range []string{lower, upper, work} {
-		rel, err := filepath.Rel(shared, p)
+	rel := make([]string, len(all))
+	for i, p := range all {
+		r, err := filepath.Rel(shared, p)
 		if err != nil {
 			return err
 		}
-		layers[i] = rel
+		rel[i] = r
 	}
 	// nodev: CAP_MKNOD is kept, so device nodes must not work here.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", layers[0], layers[1], layers[2])
-	if cfg.Run != nil {
-		// Run's upper becomes a build layer, read later as a plain
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(rel[:len(lowers)], ":"), rel[len(lowers)], rel[len(lowers)+1])
+	if cfg.PlainUpper {
+		// The upper is exported as a build layer, read later as a plain
 		// directory of changes: no redirects, no metacopy.
 		opts += ",index=off,redirect_dir=off,metacopy=off"
+	}
+	if len(opts) >= 4000 { // the kernel takes one page of options
+		return fmt.Errorf("too many layers (%d) for one overlay mount", len(lowers))
 	}
 	if err := unix.Mount("overlay", cfg.RootDir, "overlay", unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mounting overlay (%s) at %s: %w", opts, cfg.RootDir, err)
@@ -95,10 +99,7 @@ func buildRoot(cfg *initConfig, lower string, base int) error {
 	// What must come from the host is taken before the host is out of
 	// sight: envd and the tools as detached bind mounts, attached after the
 	// pivot.
-	binaries := cfg.Tools
-	if cfg.EnvdPath != "" {
-		binaries = append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
-	}
+	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
 	trees := make([]int, 0, len(binaries))
 	defer func() {
 		for _, fd := range trees {
@@ -274,9 +275,9 @@ func attachBinary(tree int, guest string, base int) error {
 }
 
 // mountDisk attaches the image to a free loop device that detaches itself
-// once unmounted, and mounts it at dir. It returns the device's number,
-// which the host's I/O limits name.
-func mountDisk(image, dir string) (uint64, error) {
+// once unmounted, and mounts it at dir with flags. It returns the
+// device's number, which the host's I/O limits name.
+func mountDisk(image, dir string, flags uintptr) (uint64, error) {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("opening disk image: %w", err)
@@ -315,7 +316,7 @@ func mountDisk(image, dir string) (uint64, error) {
 		}
 		// With AUTOCLEAR the device detaches at its last close, so it stays
 		// open until the mount holds it.
-		err = unix.Mount(dev.Name(), dir, "ext4", unix.MS_NODEV, "")
+		err = unix.Mount(dev.Name(), dir, "ext4", flags, "")
 		dev.Close()
 		if err != nil {
 			return 0, fmt.Errorf("mounting %s at %s: %w", dev.Name(), dir, err)
@@ -442,6 +443,24 @@ func mountAt(source, target, fstype string, flags uintptr, data string, base int
 		return fmt.Errorf("mounting %s at %s: %w", fstype, target, err)
 	}
 	return nil
+}
+
+// mkdirOwned makes dir and its missing parents, each owned by uid:gid. An
+// existing dir is left alone.
+func mkdirOwned(dir string, uid, gid int) error {
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return errors.New("not a directory")
+		}
+		return nil
+	}
+	if err := mkdirOwned(filepath.Dir(dir), uid, gid); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return os.Lchown(dir, uid, gid)
 }
 
 func bindReadonly(source, target string, flags uintptr) error {

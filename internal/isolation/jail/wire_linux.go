@@ -48,25 +48,29 @@ type initConfig struct {
 	// group, so its limits show there.
 	CgroupV2 bool     `json:"cgroup_v2,omitempty"`
 	Cgroups  []string `json:"cgroups,omitempty"`
+	// Layers are read-only layers over RootFS, top first (Spec.Layers).
+	Layers []string `json:"layers,omitempty"`
+	// PlainUpper mounts the overlay so that its upper is a plain
+	// directory of changes, for Spec.Export.
+	PlainUpper bool `json:"plain_upper,omitempty"`
 	// Userns, when set, runs envd in a user namespace, with the template
-	// idmapped at LowerDir (a host path, empty dir) as the overlay's lower.
-	Userns   *usernsConfig `json:"userns,omitempty"`
-	LowerDir string        `json:"lower_dir,omitempty"`
+	// idmapped at LowerDir and each of Layers at the LayerDirs entry of
+	// the same index (host paths, empty dirs) as the overlay's lowers.
+	Userns    *usernsConfig `json:"userns,omitempty"`
+	LowerDir  string        `json:"lower_dir,omitempty"`
+	LayerDirs []string      `json:"layer_dirs,omitempty"`
 	// EnvdStage is set only in what init sends the envd stage
 	// (forkEnvdStage), which then needs EnvdArgs, EnvdToken and
 	// NoNewPrivs only.
 	EnvdStage *stageConfig `json:"envd_stage,omitempty"`
 
 	// MemoryMB is the sandbox's memory limit, which its tmpfs mounts are
-	// sized within; 0 (a one-shot run): DefaultMemoryMB.
+	// sized within.
 	MemoryMB int `json:"memory_mb,omitempty"`
 
-	// A one-shot run (see Run) sets Upper, Work and Run instead of Disk
-	// and EnvdPath: the overlay's upper is a host directory and init runs
-	// Run's command in place of envd.
-	Upper string      `json:"upper,omitempty"`
-	Work  string      `json:"work,omitempty"`
-	Run   *runCommand `json:"run,omitempty"`
+	// Export is set only in what Stop sends the process that exports a
+	// stopped sandbox's changes (export_linux.go); nothing else is.
+	Export *exportConfig `json:"export,omitempty"`
 }
 
 // initStatus is init's one reply on fd 4.
@@ -80,9 +84,6 @@ type initStatus struct {
 	// disk, on which the host sets its I/O limits.
 	DiskDev  uint64 `json:"disk_dev,omitempty"`
 	Finished bool   `json:"finished"`
-	// ExitCode is how Run's command ended: its exit status, or 128 plus
-	// the signal that killed it.
-	ExitCode int `json:"exit_code,omitempty"`
 }
 
 func validID(id string) error {

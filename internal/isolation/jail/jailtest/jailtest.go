@@ -19,7 +19,7 @@ import (
 // Binaries are the host binaries BuildRootfs copies into /usr/bin.
 var Binaries = []string{
 	"bash", "sh", "ls", "cat", "id", "ps", "sleep", "echo", "head", "tail", "dd",
-	"mkdir", "touch", "stat", "grep", "wc", "uname", "true", "false", "env", "df", "rm", "sort", "tr", "chown",
+	"mkdir", "touch", "stat", "grep", "wc", "uname", "true", "false", "env", "df", "rm", "sort", "tr", "chown", "ln",
 	"nproc",
 }
 
