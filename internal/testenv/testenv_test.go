@@ -62,11 +62,6 @@ var skipCall = regexp.MustCompile(`\.Skip(f|Now)?\(`)
 // ciExempt marks a skip that is not a missing requirement.
 const ciExempt = "not a ci requirement"
 
-// pending are skips that other parts of issue 12 remove, by file and a
-// text of the skip's line: TestBuildBase, which the template-builds change
-// runs in CI. Delete an entry with its skip.
-var pending = map[string]string{"internal/template/build_linux_test.go": "AGENT_SANDBOX_BUILD_BASE"}
-
 // TestSkipsAreRequirements enforces the package's rule over the module:
 // outside this package, a test skips only through Require (or RequireRoot),
 // which fails under CI, or says in a comment just above the skip why it is
@@ -94,9 +89,6 @@ func TestSkipsAreRequirements(t *testing.T) {
 		}
 		rel, _ := filepath.Rel(root, path)
 		for _, line := range bareSkips(t, path) {
-			if p, ok := pending[rel]; ok && strings.Contains(line.text, p) {
-				continue
-			}
 			t.Errorf("%s:%d: %s\n\tskips without testenv.Require: route it through testenv.Require (it then fails under CI), "+
 				"or say in a comment just above it why it is \"not a CI requirement\"", rel, line.n, strings.TrimSpace(line.text))
 		}
