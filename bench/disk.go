@@ -11,9 +11,11 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/client"
 )
 
-// fsyncProbe writes 4 KiB and fsyncs it, n times (its argument), and
-// prints each write+fsync's time in ns: timed inside the sandbox, so that
-// the round trip of a command does not hide a millisecond of fsync.
+// fsyncProbe writes 4 KiB and fsyncs it, n times (its first argument)
+// with a pause (its second, in ms) between, and prints each write+fsync's
+// time in ns: timed inside the sandbox, so that the round trip of a command
+// does not hide a millisecond of fsync. The pauses spread the samples over
+// seconds, across the host's periodic writeback of the hog's data.
 const fsyncProbe = `import os, sys, time
 fd = os.open("/home/user/fsync-probe", os.O_WRONLY | os.O_CREAT, 0o644)
 buf = b"x" * 4096
@@ -22,12 +24,17 @@ for i in range(int(sys.argv[1])):
     os.pwrite(fd, buf, (i % 256) * 4096)
     os.fsync(fd)
     print(time.perf_counter_ns() - t)
+    time.sleep(int(sys.argv[2]) / 1000)
 `
+
+// fsyncGap is the pause between two timed writes.
+const fsyncGap = 10 * time.Millisecond
 
 // diskHog writes its sandbox's disk as fast as its quota lets it, with
 // direct I/O so that the cap holds on cgroup v1 too (which does not charge
-// buffered writeback to the writer).
-const diskHog = `while :; do dd if=/dev/zero of=/home/user/hog bs=1M count=256 oflag=direct 2>/dev/null; done`
+// buffered writeback to the writer), over 768 MiB of its 1 GiB disk so
+// that the host sees ever new data to write back.
+const diskHog = `while :; do for f in 1 2 3; do dd if=/dev/zero of=/home/user/hog$f bs=1M count=256 oflag=direct 2>/dev/null; done; done`
 
 const figFsyncAlone = "small write+fsync, quiet sandbox alone"
 
@@ -37,8 +44,8 @@ const figFsyncAlone = "small write+fsync, quiet sandbox alone"
 // hog's quota is what keeps the quiet sandbox's fsync latency; its p99 is
 // held to 3× the one alone.
 func measureDiskNeighbour(ctx context.Context, opts *Options, c *client.Client) ([]*Figure, error) {
-	n := opts.scale(500, 30)
-	opts.progress("disk neighbour: %d small write+fsync alone, then beside a disk hog", n)
+	n := opts.scale(1000, 30)
+	opts.progress("disk neighbour: %d small write+fsync %v apart alone, then beside a disk hog", n, fsyncGap)
 	quiet, _, err := createReady(ctx, c, opts.Template)
 	if err != nil {
 		return nil, err
@@ -76,7 +83,7 @@ func measureDiskNeighbour(ctx context.Context, opts *Options, c *client.Client) 
 // fsyncs runs fsyncProbe for n writes in sb and returns their times.
 func fsyncs(ctx context.Context, sb *client.Sandbox, n int) (*Latency, error) {
 	var out, errb bytes.Buffer
-	cmd := fmt.Sprintf("python3 -c %s %d", shellQuote(fsyncProbe), n)
+	cmd := fmt.Sprintf("python3 -c %s %d %d", shellQuote(fsyncProbe), n, fsyncGap.Milliseconds())
 	code, err := sb.Run(ctx, cmd, client.RunOptions{Stdout: &out, Stderr: &errb})
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit code %d: %s", code, bytes.TrimSpace(errb.Bytes()))

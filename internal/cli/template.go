@@ -99,6 +99,12 @@ Example:
 			if len(args) == 2 {
 				req.contextDir = args[1]
 			}
+			// Mistakes in the input are told before the sandboxes are set up.
+			cfg.DataDir = *dataDir
+			build, err := prepareBuild(&template.Builder{DataDir: cfg.DataDir}, req)
+			if err != nil {
+				return err
+			}
 			if os.Geteuid() != 0 {
 				return errors.New("needs root: build steps run in sandboxes, which use namespaces, cgroups and mounts (run it with sudo)")
 			}
@@ -108,13 +114,12 @@ Example:
 			}
 			// The steps run in sandboxes with the server's networking,
 			// which one process per host holds.
-			cfg.DataDir = *dataDir
 			srv, err := server.New(ctx, cfg, log, std.stderr)
 			if err != nil {
 				return fmt.Errorf("setting up build sandboxes: %w (while a server runs, build through its template API: the E2B SDK's Template.build)", err)
 			}
 			defer srv.Close()
-			return buildTemplate(ctx, srv.Builder(), req, std)
+			return build.run(ctx, srv.Builder(), std)
 		}
 	},
 }
@@ -149,15 +154,23 @@ func (r *buildRequest) resolve() error {
 	return nil
 }
 
-// buildTemplate translates the Dockerfile, builds what it starts from if
-// that is a Debian system, then the template, and prints the result.
-func buildTemplate(ctx context.Context, b *template.Builder, req buildRequest, std streams) error {
+// preparedBuild is a translated Dockerfile whose template can be built.
+type preparedBuild struct {
+	file  string // the Dockerfile, for errors naming a line
+	res   *dockerfile.Result
+	start time.Time
+}
+
+// prepareBuild checks what a build was asked for without running anything:
+// the paths, the Dockerfile, the template name and what it starts from.
+// The context's files are packed into b's data directory.
+func prepareBuild(b *template.Builder, req buildRequest) (*preparedBuild, error) {
 	if err := req.resolve(); err != nil {
-		return err
+		return nil, err
 	}
 	f, err := os.Open(req.file)
 	if err != nil {
-		return fmt.Errorf("reading Dockerfile: %w", err)
+		return nil, fmt.Errorf("reading Dockerfile: %w", err)
 	}
 	defer f.Close()
 	start := time.Now()
@@ -166,15 +179,30 @@ func buildTemplate(ctx context.Context, b *template.Builder, req buildRequest, s
 	})
 	var de *dockerfile.Error
 	if errors.As(err, &de) {
-		return fmt.Errorf("%s line %d: %s", req.file, de.Line, de.Msg)
+		return nil, fmt.Errorf("%s line %d: %s", req.file, de.Line, de.Msg)
 	} else if err != nil {
-		return fmt.Errorf("%s: %w", req.file, err)
+		return nil, fmt.Errorf("%s: %w", req.file, err)
 	}
 	res.Spec.CPUCount, res.Spec.MemoryMB, res.Spec.DiskIO = req.resources.CPUCount, req.resources.MemoryMB, req.resources.DiskIO
 	if req.noCache && len(res.Spec.Instructions) > 0 {
 		// A forced step reruns, and so does every step after it.
 		res.Spec.Instructions[0].Force = true
 	}
+	if err := res.Spec.Validate(); err != nil {
+		return nil, err
+	}
+	if res.Base == nil {
+		if err := b.CheckFrom(res.Spec); err != nil {
+			return nil, err
+		}
+	}
+	return &preparedBuild{file: req.file, res: res, start: start}, nil
+}
+
+// run builds what the template starts from if that is a Debian system,
+// then the template, and prints the result.
+func (p *preparedBuild) run(ctx context.Context, b *template.Builder, std streams) error {
+	res := p.res
 	if res.Base != nil {
 		if _, err := b.Ensure(ctx, *res.Base); err != nil {
 			return fmt.Errorf("building %s for FROM: %w", res.Base.Name, err)
@@ -183,10 +211,11 @@ func buildTemplate(ctx context.Context, b *template.Builder, req buildRequest, s
 	t, err := b.Ensure(ctx, res.Spec)
 	var se *template.StepError
 	if errors.As(err, &se) && se.Step <= len(res.Lines) {
-		return fmt.Errorf("%s line %d: %w", req.file, res.Lines[se.Step-1], err)
+		return fmt.Errorf("%s line %d: %w", p.file, res.Lines[se.Step-1], err)
 	} else if err != nil {
 		return err
 	}
+	start := p.start
 	took := time.Since(start).Round(time.Millisecond)
 	w := tabwriter.NewWriter(std.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "Template:\t%s\n", t.ID)

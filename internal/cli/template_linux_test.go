@@ -142,7 +142,10 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		b := &template.Builder{DataDir: data, Steps: runner, Progress: &stderr}
 		req.file = filepath.Join(ctxDir, "Dockerfile")
-		err := buildTemplate(t.Context(), b, req, streams{stdout: &stdout, stderr: &stderr})
+		build, err := prepareBuild(b, req)
+		if err == nil {
+			err = build.run(t.Context(), b, streams{stdout: &stdout, stderr: &stderr})
+		}
 		return result{stdout.String(), stderr.String(), err}
 	}
 	build := func(t *testing.T, noCache bool, name string) result {

@@ -5,12 +5,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -300,7 +302,8 @@ func probeResults(addrs []string, reached map[string]bool) map[string]bool {
 func dialAll(res map[string]bool) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for a := range res {
+	// The addresses are taken first: the dials write res while this ranges.
+	for _, a := range slices.Collect(maps.Keys(res)) {
 		wg.Go(func() {
 			c, err := net.DialTimeout("tcp", a, 2*time.Second)
 			if err == nil {

@@ -11,10 +11,8 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
-	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
-	"golang.org/x/sys/unix"
 )
 
 // jailConfig returns a manager config over a real jail backend with a
@@ -46,13 +44,7 @@ func jailConfig(t *testing.T, mod func(*jail.Config)) (Config, *jail.Backend, *s
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
-		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
-		for _, d := range jailtest.CgroupParentDirs(cgParent) {
-			_ = unix.Rmdir(d)
-		}
-	})
+	jailtest.CleanupRunDir(t, runDir, cgParent)
 	st, err := store.Open(context.Background(), filepath.Join(dir, "db.sqlite"))
 	if err != nil {
 		t.Fatal(err)

@@ -187,6 +187,22 @@ func (b *Builder) resolveFrom(ctx context.Context, ref string) (*Template, error
 	return b.Lookup(ref)
 }
 
+// CheckFrom tells, without building anything, whether the template a
+// derived spec starts from (From) can be had: a built-in one, built on
+// demand, or one that exists. It is the error Ensure would return for it.
+func (b *Builder) CheckFrom(spec Spec) error {
+	if spec.From == "" {
+		return nil
+	}
+	if _, ok := BuiltIn()[spec.From]; ok {
+		return nil
+	}
+	if _, err := b.Lookup(spec.From); err != nil {
+		return fmt.Errorf("template %s: from %s: %w", spec.Name, spec.From, err)
+	}
+	return nil
+}
+
 // reportCached says that a template with instructions was found whole in
 // the cache: every step cached, as a rebuild that changed nothing expects
 // to hear.

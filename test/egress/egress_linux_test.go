@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/sys/unix"
 
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
@@ -169,13 +168,7 @@ func newHarness(t *testing.T) *harness {
 	if err := backend.PrepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
-		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
-		for _, d := range jailtest.CgroupParentDirs(cgParent) {
-			_ = unix.Rmdir(d)
-		}
-	})
+	jailtest.CleanupRunDir(t, runDir, cgParent)
 	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
 	if err != nil {
 		t.Fatal(err)

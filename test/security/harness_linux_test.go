@@ -205,13 +205,7 @@ func newHarness(t *testing.T, userns jail.UsernsMode, opts ...func(*sandbox.Conf
 	if err := backend.PrepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
-		_ = unix.Unmount(jail.BinariesDir(runDir), unix.MNT_DETACH)
-		for _, d := range jailtest.CgroupParentDirs(h.cgParent) {
-			_ = unix.Rmdir(d)
-		}
-	})
+	jailtest.CleanupRunDir(t, runDir, h.cgParent)
 	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
 	if err != nil {
 		t.Fatal(err)

@@ -34,11 +34,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	code := m.Run()
-	_ = unix.Unmount(network.Dir(filepath.Join(scratch, "run")), unix.MNT_DETACH)
-	_ = unix.Unmount(BinariesDir(filepath.Join(scratch, "run")), unix.MNT_DETACH)
-	for _, d := range jailtest.CgroupParentDirs(testCgroupParent) {
-		_ = unix.Rmdir(d)
-	}
+	jailtest.Release(filepath.Join(scratch, "run"), testCgroupParent)
 	if err := os.RemoveAll(scratch); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}

@@ -17,8 +17,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/gateway"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
@@ -86,12 +84,7 @@ func StepRunner(t testing.TB, ceiling egress.Ceiling) *sandbox.Manager {
 	if err := backend.PrepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = unix.Unmount(network.Dir(runDir), unix.MNT_DETACH)
-		for _, d := range jailtest.CgroupParentDirs(cgParent) {
-			_ = unix.Rmdir(d)
-		}
-	})
+	jailtest.CleanupRunDir(t, runDir, cgParent)
 	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
 	if err != nil {
 		t.Fatal(err)

@@ -129,7 +129,7 @@ func Translate(r io.Reader, opts Options) (*Result, error) {
 		}
 	}
 	if !t.seen {
-		return nil, errors.New("Dockerfile has no FROM")
+		return nil, errors.New("the Dockerfile has no FROM")
 	}
 	if len(t.entry) > 0 || len(t.cmd) > 0 {
 		t.res.Spec.StartCmd = strings.Join(append(slices.Clone(t.entry), t.cmd...), " ")

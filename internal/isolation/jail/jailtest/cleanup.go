@@ -1,0 +1,74 @@
+package jailtest
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// CleanupRunDir has t, when it ends, remove what a backend on runDir with
+// cgroup parent cgParent leaves on the host by design (mounts a restarted
+// server would adopt, the parent groups): see Release.
+func CleanupRunDir(t testing.TB, runDir, cgParent string) {
+	t.Cleanup(func() { Release(runDir, cgParent) })
+}
+
+// Release detaches every mount under runDir (the network namespaces'
+// directory, the binaries tmpfs, whatever a backend adds later), deepest
+// first, and removes the parent cgroups of cgParent. A server keeps these
+// across restarts; a test must not, or its temporary directory cannot be
+// removed.
+func Release(runDir, cgParent string) {
+	for _, m := range mountsUnder(runDir) {
+		_ = unix.Unmount(m, unix.MNT_DETACH)
+	}
+	for _, d := range CgroupParentDirs(cgParent) {
+		_ = unix.Rmdir(d)
+	}
+}
+
+// mountsUnder lists the mount points at or below dir, deepest first.
+func mountsUnder(dir string) []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	dir = filepath.Clean(dir)
+	var mounts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := unescapeMountPath(fields[4])
+		if p == dir || strings.HasPrefix(p, dir+"/") {
+			mounts = append(mounts, p)
+		}
+	}
+	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
+	return mounts
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMountPath(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+4 <= len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
