@@ -407,15 +407,28 @@ func (k *Kernel) Close() error {
 	return k.closeErr
 }
 
+// exited reports whether the kernel process has ended.
+func (k *Kernel) exited() bool {
+	select {
+	case <-k.done:
+		return true
+	default:
+		return false
+	}
+}
+
 func (k *Kernel) shutdown() error {
 	var errs []error
-	if k.ready {
-		if err := k.request(k.control, nil, "shutdown_request", map[string]bool{"restart": false}); err != nil {
-			errs = append(errs, err)
-		}
+	if k.ready && !k.exited() {
+		err := k.request(k.control, nil, "shutdown_request", map[string]bool{"restart": false})
 		select {
 		case <-k.done:
+			// Also when the request failed: a kernel that died
+			// meanwhile closed the connection under it.
 		case <-time.After(shutdownGrace):
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if k.cmd != nil {
