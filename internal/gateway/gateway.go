@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
@@ -62,7 +61,7 @@ type Gateway struct {
 // sandbox is one attached sandbox.
 type sandbox struct {
 	id     string
-	link   isolation.Link
+	link   network.Link
 	policy atomic.Pointer[egress.Policy]
 	audit  *egress.Ring
 	cancel context.CancelFunc
@@ -105,7 +104,7 @@ func Redirects(dnsPort, proxyPort uint16) []network.Redirect {
 
 // Attach starts serving sandbox id on link with its egress rules and
 // bandwidth caps. On error nothing is left behind.
-func (g *Gateway) Attach(ctx context.Context, id string, link isolation.Link, rules egress.Rules, bw network.Bandwidth) (err error) {
+func (g *Gateway) Attach(ctx context.Context, id string, link network.Link, rules egress.Rules, bw network.Bandwidth) (err error) {
 	pol, err := egress.NewPolicy(g.cfg.Ceiling, rules)
 	if err != nil {
 		return fmt.Errorf("attaching sandbox %s to the gateway: %w", id, err)
@@ -175,7 +174,7 @@ func (g *Gateway) Attach(ctx context.Context, id string, link isolation.Link, ru
 }
 
 // apply puts pol's address rules into the firewall and bw into tc.
-func (g *Gateway) apply(ctx context.Context, link isolation.Link, pol *egress.Policy, bw network.Bandwidth) error {
+func (g *Gateway) apply(ctx context.Context, link network.Link, pol *egress.Policy, bw network.Bandwidth) error {
 	if g.cfg.Firewall == nil {
 		return nil
 	}

@@ -11,7 +11,6 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
@@ -64,7 +63,7 @@ func TestGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gw.Close()
-	link := isolation.Link{HostIf: "lo", Gateway: netip.MustParseAddr("127.0.0.1"), Address: netip.MustParseAddr("127.0.0.1")}
+	link := network.Link{HostIf: "lo", Gateway: netip.MustParseAddr("127.0.0.1"), Address: netip.MustParseAddr("127.0.0.1")}
 	ctx := context.Background()
 	if err := gw.Attach(ctx, "sb1", link, egress.Rules{}, network.Bandwidth{}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
 // Fake is an in-memory Backend for the manager's unit tests. Sandboxes are
@@ -23,13 +25,24 @@ type Fake struct {
 	startErr  error
 	links     bool // sandboxes report a network Link
 	sandboxes map[string]*FakeInstance
+	name      string
+	caps      Capabilities
 }
 
 var _ Backend = (*Fake)(nil)
 
-// NewFake returns an empty fake backend.
+// NewFake returns an empty fake backend named "fake" that can pause.
 func NewFake() *Fake {
-	return &Fake{handlers: map[int]http.Handler{}, sandboxes: map[string]*FakeInstance{}}
+	return &Fake{handlers: map[int]http.Handler{}, sandboxes: map[string]*FakeInstance{}, name: "fake", caps: Capabilities{Pause: true}}
+}
+
+// NewFakeNamed returns an empty fake backend with the given name and
+// capabilities, for tests of a manager with several backends. With
+// caps.Export it still refuses layers and export: it has no file system.
+func NewFakeNamed(name string, caps Capabilities) *Fake {
+	f := NewFake()
+	f.name, f.caps = name, caps
+	return f
 }
 
 // Handle makes port answer with h in every sandbox started from now on
@@ -69,7 +82,10 @@ func (f *Fake) Running() []string {
 }
 
 // Name implements Backend.
-func (f *Fake) Name() string { return "fake" }
+func (f *Fake) Name() string { return f.name }
+
+// Capabilities implements Backend.
+func (f *Fake) Capabilities() Capabilities { return f.caps }
 
 type fakeState struct {
 	ID string `json:"id"`
@@ -102,7 +118,7 @@ func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
 	}
 	i := &FakeInstance{f: f, spec: spec, done: make(chan struct{}), servers: map[int]*pipeListener{}}
 	if f.links {
-		i.link = Link{
+		i.link = network.Link{
 			HostIf:  fmt.Sprintf("fake-%d", len(f.sandboxes)),
 			Gateway: netip.MustParseAddr("192.0.2.1"),
 			Address: netip.MustParseAddr("192.0.2.2"),
@@ -151,7 +167,7 @@ type FakeInstance struct {
 	stopped bool
 	exit    Exit
 	stats   Stats
-	link    Link // set at Start, then read-only
+	link    network.Link // set at Start, then read-only
 }
 
 var _ Instance = (*FakeInstance)(nil)
@@ -257,6 +273,9 @@ func (i *FakeInstance) Pause(context.Context) error { return i.setPaused(true) }
 func (i *FakeInstance) Resume(context.Context) error { return i.setPaused(false) }
 
 func (i *FakeInstance) setPaused(p bool) error {
+	if !i.f.caps.Pause {
+		return fmt.Errorf("pausing sandbox %s: %w", i.spec.ID, errors.ErrUnsupported)
+	}
 	i.f.mu.Lock()
 	defer i.f.mu.Unlock()
 	if i.ended() {
@@ -279,7 +298,7 @@ func (i *FakeInstance) Stats(context.Context) (Stats, error) {
 }
 
 // Link implements Instance: the zero Link unless the Fake gives links.
-func (i *FakeInstance) Link() Link { return i.link }
+func (i *FakeInstance) Link() network.Link { return i.link }
 
 // Done implements Instance. Stop closes it too.
 func (i *FakeInstance) Done() <-chan struct{} { return i.done }

@@ -1,8 +1,17 @@
 // Package isolation is the contract between the sandbox manager and the
 // backends that run sandboxes (jail, gvisor, vm). The manager knows nothing
-// else about a backend: it starts a sandbox from a Spec, talks to envd in it
-// through Instance.Dial, and records Instance.State so that a restarted
-// server can adopt the sandbox or clean up after it.
+// else about a backend: it starts a sandbox from a Spec, waits for envd in
+// it and talks to it through Instance.Dial, offers only what the backend's
+// Capabilities say it can do, and records Instance.State (and the
+// backend's Name) so that a restarted server can adopt the sandbox with
+// the backend that started it, or clean up after it.
+//
+// What every backend shares is owned outside them: networking by
+// network.Host (each sandbox's namespace, veth, lease and firewall pieces;
+// the backend runs the sandbox in that namespace), readiness by the
+// manager (WaitEnvd), template build steps by the manager's step runner.
+// A new backend is one package behind this contract plus a line of wiring
+// in the server.
 //
 // This is the one deliberate producer-side interface in the project (the
 // shape of containerd's sandbox controller); fake.go beside it is the
@@ -13,10 +22,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
-	"net/netip"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
+
+// EnvdPort is where every backend starts envd inside a sandbox and where
+// the manager reaches it through Instance.Dial.
+const EnvdPort = 49983
 
 // ErrGone is returned (wrapped) when a sandbox no longer exists: it exited,
 // was killed, or could not be adopted.
@@ -29,8 +44,12 @@ var ErrPortClosed = errors.New("port is not open")
 type Backend interface {
 	// Name is the backend's name as configured and stored ("jail", …).
 	Name() string
-	// Start creates and boots a sandbox; envd is listening when it returns.
-	// On error nothing is left behind.
+	// Capabilities says what the backend's sandboxes can do; it never
+	// changes. The manager does not call what a backend cannot do.
+	Capabilities() Capabilities
+	// Start creates and boots a sandbox and returns once its processes,
+	// envd among them, are started; envd may not listen yet (the manager
+	// waits for it: WaitEnvd). On error nothing is left behind.
 	Start(ctx context.Context, spec Spec) (Instance, error)
 	// Adopt reattaches to a sandbox an earlier server process started,
 	// from the State its Instance reported. ErrGone if it is not alive.
@@ -41,12 +60,37 @@ type Backend interface {
 	Cleanup(ctx context.Context, id string, state json.RawMessage) error
 }
 
+// Capabilities are what a backend can do beyond starting, dialing,
+// sampling and stopping sandboxes.
+type Capabilities struct {
+	// Pause: Instance.Pause and Resume freeze and thaw a sandbox with its
+	// processes intact. Without it the manager refuses pause (and
+	// auto-pause) requests for the backend's sandboxes.
+	Pause bool
+	// Export: Spec.Layers and Spec.Export are honoured, so template build
+	// steps can run in the backend's sandboxes.
+	Export bool
+	// RootImage: the backend boots from Spec.RootImage, the template as
+	// an ext4 image, rather than mounting the directory Spec.RootFS.
+	RootImage bool
+}
+
 // Spec is everything a backend needs to start one sandbox.
 type Spec struct {
-	ID        string
-	RootFS    string // the template's read-only root filesystem
+	ID string
+	// RootFS is the template's read-only root file system, a directory;
+	// always set. RootImage is the same file system as an ext4 image,
+	// set only for a backend whose Capabilities.RootImage is true (a VM
+	// boots it as the read-only backing file of a per-sandbox overlay):
+	// the manager has the template cache make it (template.Builder.Ext4,
+	// once per template, kept beside the directory), so a backend that
+	// mounts the directory never pays for an image. Both forms are the
+	// template's own files; the backend never writes to either.
+	RootFS    string
+	RootImage string
 	EnvdPath  string // the envd binary on the host, mounted read-only
 	Hostname  string
+	// Resources are the sandbox's quotas, filled in by the manager.
 	Resources Resources
 	// Tools are further host binaries to mount read-only into the
 	// sandbox: guest path → host path (the code interpreter server).
@@ -76,7 +120,10 @@ type Spec struct {
 	Export string
 }
 
-// Resources are the sandbox's quotas. Zero means the backend's default.
+// Resources are the sandbox's quotas. CPUCount, MemoryMB and DiskSizeMB
+// are always set (the manager's defaults fill what a template leaves
+// out); a zero Pids is the backend's default, which depends on how it
+// isolates.
 type Resources struct {
 	CPUCount   int
 	MemoryMB   int
@@ -85,6 +132,21 @@ type Resources struct {
 	// DiskIO caps the sandbox's I/O on its own disk. Its zero fields are
 	// no cap: the manager fills in the operator's defaults.
 	DiskIO DiskIO
+}
+
+// Check reports the first quota a backend cannot start a sandbox with.
+func (r Resources) Check() error {
+	switch {
+	case r.CPUCount <= 0:
+		return fmt.Errorf("resources: CPU count %d is not positive", r.CPUCount)
+	case r.MemoryMB <= 0:
+		return fmt.Errorf("resources: memory %d MiB is not positive", r.MemoryMB)
+	case r.DiskSizeMB <= 0:
+		return fmt.Errorf("resources: disk size %d MiB is not positive", r.DiskSizeMB)
+	case r.Pids < 0:
+		return fmt.Errorf("resources: pids %d is negative", r.Pids)
+	}
+	return nil
 }
 
 // DiskIO is a disk I/O quota, each way; zero is no cap.
@@ -101,13 +163,15 @@ type Instance interface {
 	// listen only on its loopback. ErrPortClosed when nothing listens.
 	Dial(ctx context.Context, port int) (net.Conn, error)
 	// Pause freezes every process; Resume thaws them with pids intact.
+	// Only a backend with Capabilities.Pause implements them; the others
+	// return an error wrapping errors.ErrUnsupported.
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
 	// Stats samples resource use.
 	Stats(ctx context.Context) (Stats, error)
-	// Link is the sandbox's network link on the host; the zero Link when
-	// the sandbox has only loopback.
-	Link() Link
+	// Link is the sandbox's network link on the host, as network.Host's
+	// Setup gave it; the zero Link when the sandbox has only loopback.
+	Link() network.Link
 	// Done is closed when the sandbox stops by itself (its init or envd
 	// died, or the kernel killed it); Exit then says why.
 	Done() <-chan struct{}
@@ -115,15 +179,6 @@ type Instance interface {
 	// Stop kills every process and removes everything the sandbox used.
 	// It is idempotent.
 	Stop(ctx context.Context) error
-}
-
-// Link is a sandbox's network attachment as the host sees it: the host
-// serves the sandbox's DNS and egress proxy on Gateway and applies its
-// firewall rules and bandwidth caps to HostIf.
-type Link struct {
-	HostIf  string     // the host end of its veth
-	Gateway netip.Addr // the host's address on it: the sandbox's route and nameserver
-	Address netip.Addr // the sandbox's address
 }
 
 // Stats is one resource sample.

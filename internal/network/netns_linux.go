@@ -143,6 +143,17 @@ func (ns *Namespace) Delete() error {
 	return nil
 }
 
+// Remove deletes the namespace name under runDir like Delete, and also the
+// file a Create that stopped half-way left without its mount. Removing a
+// namespace that is gone succeeds.
+func Remove(runDir, name string) error {
+	if err := validName(name); err != nil {
+		return fmt.Errorf("deleting network namespace: %w", err)
+	}
+	ns := &Namespace{name: name, path: filepath.Join(Dir(runDir), name)}
+	return ns.Delete()
+}
+
 // onNewThread runs fn on a locked OS thread of its own, which fn may move
 // into another network namespace (setns or unshare), and puts the thread
 // back into the namespace it started in afterwards.

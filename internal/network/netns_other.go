@@ -24,6 +24,9 @@ func Open(runDir, name string) (*Namespace, error) { return nil, errors.ErrUnsup
 // List is not supported on this platform.
 func List(runDir string) ([]string, error) { return nil, errors.ErrUnsupported }
 
+// Remove is not supported on this platform.
+func Remove(runDir, name string) error { return errors.ErrUnsupported }
+
 // Name returns the namespace's name.
 func (ns *Namespace) Name() string { return ns.name }
 

@@ -69,10 +69,7 @@ func TestHostBoundary(t *testing.T) {
 			}
 		})
 	}
-	cfg, backend, _ := jailConfig(t, func(c *jail.Config) { c.Pool, c.Firewall = pool, fw })
-	if err := backend.PrepareNetwork(ctx); err != nil {
-		t.Fatal(err)
-	}
+	cfg, _, _ := jailConfig(t, func(c *jail.Config) { c.Network = jailtest.Network(t, c.RunDir, pool, fw) })
 	tiny := cfg.Templates.(fakeTemplates)["tiny"]
 	self, err := os.Executable()
 	if err != nil {

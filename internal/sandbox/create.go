@@ -22,7 +22,7 @@ import (
 )
 
 // EnvdPort is where envd listens inside every sandbox.
-const EnvdPort = 49983
+const EnvdPort = isolation.EnvdPort
 
 // Defaults the manager gives envd when the template does not say.
 const (
@@ -30,8 +30,12 @@ const (
 	defaultWorkdir = "/home/user"
 )
 
-// initTimeout bounds how long Create waits for envd to accept POST /init.
-const initTimeout = 30 * time.Second
+// Bounds of a create's waits for envd: envdTimeout for it to answer
+// after the backend started the sandbox, initTimeout for POST /init.
+const (
+	envdTimeout = 30 * time.Second
+	initTimeout = 30 * time.Second
+)
 
 // Create starts a sandbox and returns once envd is initialised in it.
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
@@ -40,6 +44,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	if req.Network != nil && !json.Valid(req.Network) {
 		return store.Sandbox{}, invalid("network config is not valid JSON")
+	}
+	if req.AutoPause && !m.cfg.Backend.Capabilities().Pause {
+		return store.Sandbox{}, cannot(m.cfg.Backend, "pause sandboxes: autoPause is not available")
 	}
 	tmpl, err := m.cfg.Templates.Lookup(req.Template)
 	if errors.Is(err, template.ErrNotFound) {
@@ -141,12 +148,12 @@ func (m *Manager) abort(ctx context.Context, id string, inst isolation.Instance,
 	return err
 }
 
-// boot starts the recorded sandbox rec of tmpl with res on the backend
-// and attaches its network; envd runs in it, not yet initialised, and
-// requires rec's access token from its first request. On error everything
-// is undone and recorded.
+// boot starts the recorded sandbox rec of tmpl with res on the backend,
+// waits for envd and attaches its network; envd runs in it, not yet
+// initialised, and requires rec's access token from its first request. On
+// error everything is undone and recorded.
 func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, res isolation.Resources, log *slog.Logger) (isolation.Instance, error) {
-	inst, err := m.cfg.Backend.Start(ctx, isolation.Spec{
+	spec := isolation.Spec{
 		ID:       rec.ID,
 		RootFS:   tmpl.RootFS,
 		EnvdPath: m.cfg.EnvdPath,
@@ -156,12 +163,19 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Te
 		// waiting for its /init, answers nobody but this manager.
 		EnvdAccessToken: rec.EnvdAccessToken,
 		Resources:       res,
-	})
+	}
+	if err := m.rootImage(ctx, m.cfg.Backend, &spec, tmpl); err != nil {
+		return nil, m.abort(ctx, rec.ID, nil, log, "making the template's image", err)
+	}
+	inst, err := m.cfg.Backend.Start(ctx, spec)
 	if err != nil {
 		return nil, m.abort(ctx, rec.ID, nil, log, "starting", err)
 	}
 	if err := m.cfg.Store.SetBackendState(ctx, rec.ID, inst.State()); err != nil {
 		return nil, m.abort(ctx, rec.ID, inst, log, "recording backend state", err)
+	}
+	if err := waitEnvd(ctx, inst); err != nil {
+		return nil, m.abort(ctx, rec.ID, inst, log, "waiting for envd", err)
 	}
 	// Before envd runs anything: a start command may resolve names at once.
 	if err := m.attachNetwork(ctx, rec, inst, tmpl); err != nil {
@@ -206,7 +220,7 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 	if err != nil {
 		return store.Sandbox{}, m.abort(ctx, id, inst, log, "recording running state", err)
 	}
-	m.register(m.newSandbox(rec, inst, log))
+	m.register(m.newSandbox(rec, m.cfg.Backend, inst, log))
 	end := m.cfg.Now()
 	log.Info("sandbox running", "took", end.Sub(t0).Round(time.Millisecond))
 	log.Debug("sandbox running: steps", "before_init", tInit.Sub(t0), "init", tService.Sub(tInit),
@@ -223,9 +237,33 @@ type initBody struct {
 	Timestamp      time.Time         `json:"timestamp"`
 }
 
+// rootImage sets spec.RootImage from tmpl when backend boots from an
+// image.
+func (m *Manager) rootImage(ctx context.Context, backend isolation.Backend, spec *isolation.Spec, tmpl *template.Template) error {
+	if !backend.Capabilities().RootImage {
+		return nil
+	}
+	if m.cfg.Images == nil {
+		return fmt.Errorf("the %s backend boots from an image and this server makes none", backend.Name())
+	}
+	image, err := m.cfg.Images.Ext4(ctx, tmpl)
+	if err != nil {
+		return err
+	}
+	spec.RootImage = image
+	return nil
+}
+
+// waitEnvd waits, at most envdTimeout, for envd in a sandbox the backend
+// has just started.
+func waitEnvd(ctx context.Context, inst isolation.Instance) error {
+	ctx, cancel := context.WithTimeout(ctx, envdTimeout)
+	defer cancel()
+	return isolation.WaitEnvd(ctx, inst)
+}
+
 // initEnvd posts body to envd's /init with token, the access token envd
-// has now, retrying while envd's port does not accept connections yet,
-// until envd answers or initTimeout passes.
+// has now, once envd answers (waitEnvd), within initTimeout.
 func initEnvd(ctx context.Context, inst isolation.Instance, token string, body initBody) error {
 	ctx, cancel := context.WithTimeout(ctx, initTimeout)
 	defer cancel()
@@ -240,36 +278,22 @@ func initEnvd(ctx context.Context, inst isolation.Instance, token string, body i
 		DisableKeepAlives: true,
 	}}
 	defer client.CloseIdleConnections()
-	delay := 5 * time.Millisecond
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(payload))
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-Access-Token", token)
-		resp, err := client.Do(req)
-		if err == nil {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-			resp.Body.Close()
-			if resp.StatusCode/100 != 2 {
-				return fmt.Errorf("POST /init: %s: %s", resp.Status, bytes.TrimSpace(msg))
-			}
-			return nil
-		}
-		// Retry only while envd is not listening yet.
-		if !errors.Is(err, isolation.ErrPortClosed) {
-			return fmt.Errorf("POST /init: %w", err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("POST /init: %w (last: %w)", ctx.Err(), err)
-		case <-inst.Done():
-			return fmt.Errorf("POST /init: %w: %s", isolation.ErrGone, inst.Exit().Reason)
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 100*time.Millisecond)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(payload))
+	if err != nil {
+		return err
 	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Access-Token", token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("POST /init: %w", err)
+	}
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("POST /init: %s: %s", resp.Status, bytes.TrimSpace(msg))
+	}
+	return nil
 }
 
 // idAlphabet is what sandbox IDs are made of after the leading "i".

@@ -150,6 +150,9 @@ func (m *Manager) Pause(ctx context.Context, id string) error {
 
 // pause freezes sb; the caller holds sb.op.
 func (m *Manager) pause(ctx context.Context, sb *sandbox) error {
+	if !sb.backend.Capabilities().Pause {
+		return cannot(sb.backend, fmt.Sprintf("pause sandbox %q", sb.id))
+	}
 	switch sb.current() {
 	case store.StateRunning:
 	case store.StatePaused:

@@ -48,12 +48,27 @@ type Templates interface {
 	Lookup(ref string) (*template.Template, error)
 }
 
+// Images makes a template's ext4 image (template.Builder.Ext4), for a
+// backend that boots from one (Capabilities.RootImage).
+type Images interface {
+	Ext4(ctx context.Context, t *template.Template) (string, error)
+}
+
 // Config wires a Manager.
 type Config struct {
-	Store     *store.Store
-	Backend   isolation.Backend
-	Templates Templates
-	EnvdPath  string // host path of the envd binary mounted into sandboxes
+	Store *store.Store
+	// Backend starts new sandboxes, warm pool members included.
+	Backend isolation.Backend
+	// OtherBackends are further backends whose sandboxes, started by an
+	// earlier server with another choice, are adopted and managed until
+	// they end; each sandbox's record names its backend. Names must
+	// differ.
+	OtherBackends []isolation.Backend
+	Templates     Templates
+	// Images makes templates' ext4 images for a backend that boots from
+	// one; nil: such a backend cannot start sandboxes.
+	Images   Images
+	EnvdPath string // host path of the envd binary mounted into sandboxes
 	// Tools are further host binaries mounted read-only into every
 	// sandbox: guest path → host path.
 	Tools map[string]string
@@ -186,6 +201,9 @@ type Manager struct {
 
 	kicks chan struct{} // wakes the pool loop
 
+	// backends are Config.Backend and OtherBackends by name; read-only.
+	backends map[string]isolation.Backend
+
 	mu        sync.Mutex // guards the fields below and those of the pools
 	sandboxes map[string]*sandbox
 	pools     map[string]*pool // by template name
@@ -199,6 +217,7 @@ type Manager struct {
 type sandbox struct {
 	id      string
 	log     *slog.Logger
+	backend isolation.Backend // the one that started it
 	inst    isolation.Instance
 	cpus    int     // for metrics when the backend does not say
 	ingress Ingress // from the network config; never changes
@@ -230,12 +249,23 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Templates == nil {
 		errs = append(errs, errors.New("no templates"))
 	}
+	backends := map[string]isolation.Backend{}
+	for _, b := range append([]isolation.Backend{cfg.Backend}, cfg.OtherBackends...) {
+		if b == nil {
+			continue
+		}
+		if backends[b.Name()] != nil {
+			errs = append(errs, fmt.Errorf("two backends named %q", b.Name()))
+		}
+		backends[b.Name()] = b
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("configuring sandbox manager: %w", err)
 	}
 	cfg.setDefaults()
 	return &Manager{
 		cfg:       cfg,
+		backends:  backends,
 		log:       cfg.Log,
 		stop:      make(chan struct{}),
 		kicks:     make(chan struct{}, 1),
@@ -348,11 +378,13 @@ func (m *Manager) lookup(id string) (*sandbox, error) {
 	return sb, nil
 }
 
-// newSandbox is the in-memory side of a live sandbox whose record is rec.
-func (m *Manager) newSandbox(rec store.Sandbox, inst isolation.Instance, log *slog.Logger) *sandbox {
+// newSandbox is the in-memory side of a live sandbox whose record is rec,
+// started by backend.
+func (m *Manager) newSandbox(rec store.Sandbox, backend isolation.Backend, inst isolation.Instance, log *slog.Logger) *sandbox {
 	sb := &sandbox{
 		id:        rec.ID,
 		log:       log,
+		backend:   backend,
 		inst:      inst,
 		cpus:      rec.CPUCount,
 		ingress:   ingressOf(rec),
@@ -492,6 +524,12 @@ func ended(sb store.Sandbox) error {
 
 func invalid(format string, args ...any) error {
 	return &userError{kind: ErrInvalid, msg: fmt.Sprintf(format, args...)}
+}
+
+// cannot is the ErrInvalid of a request that the sandbox's backend cannot
+// carry out (Capabilities), naming the backend.
+func cannot(backend isolation.Backend, what string) error {
+	return invalid("the %s backend cannot %s", backend.Name(), what)
 }
 
 func conflict(format string, args ...any) error {

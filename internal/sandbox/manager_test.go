@@ -788,22 +788,6 @@ func TestNewID(t *testing.T) {
 	}
 }
 
-func TestInitWaitsForEnvd(t *testing.T) {
-	fake := isolation.NewFake()
-	inst, err := fake.Start(context.Background(), isolation.Spec{ID: "iwait"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	envd := &fakeEnvd{}
-	time.AfterFunc(100*time.Millisecond, func() { fake.Instance("iwait").Handle(EnvdPort, envd) })
-	if err := initEnvd(context.Background(), inst, "tok", initBody{DefaultUser: "user"}); err != nil {
-		t.Fatalf("initEnvd: %v", err)
-	}
-	if got := envd.lastInit(t); got.DefaultUser != "user" {
-		t.Errorf("init body %+v", got)
-	}
-}
-
 func TestListBadToken(t *testing.T) {
 	e := newEnv(t, nil)
 	_, _, err := e.m.List(context.Background(), store.ListQuery{NextToken: "garbage!"})

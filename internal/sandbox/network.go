@@ -16,7 +16,7 @@ import (
 
 // Network enforces sandboxes' egress policies on the host (gateway.Gateway).
 type Network interface {
-	Attach(ctx context.Context, id string, link isolation.Link, rules egress.Rules, bw network.Bandwidth) error
+	Attach(ctx context.Context, id string, link network.Link, rules egress.Rules, bw network.Bandwidth) error
 	Update(ctx context.Context, id string, rules egress.Rules) error
 	Detach(id string)
 	Events(id string, cursor uint64, limit int) ([]egress.Event, uint64, error)

@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
@@ -25,7 +24,7 @@ type fakeNetwork struct {
 }
 
 type attachment struct {
-	link  isolation.Link
+	link  network.Link
 	rules egress.Rules
 	bw    network.Bandwidth
 }
@@ -34,7 +33,7 @@ func newFakeNetwork() *fakeNetwork {
 	return &fakeNetwork{attached: map[string]attachment{}, updates: map[string][]egress.Rules{}}
 }
 
-func (n *fakeNetwork) Attach(_ context.Context, id string, link isolation.Link, rules egress.Rules, bw network.Bandwidth) error {
+func (n *fakeNetwork) Attach(_ context.Context, id string, link network.Link, rules egress.Rules, bw network.Bandwidth) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.attachErr != nil {

@@ -15,7 +15,8 @@ const (
 )
 
 // leftoverFinder is offered by backends that can list what sandboxes they
-// left on the host (jail.Backend).
+// left on the host (jail.Backend). Each is asked, with the sandboxes of
+// every backend as known.
 type leftoverFinder interface {
 	Leftovers(known map[string]bool) ([]string, error)
 }
@@ -44,14 +45,18 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		known[id] = true
 	}
 	m.mu.Unlock()
-	if lf, ok := m.cfg.Backend.(leftoverFinder); ok {
+	for _, b := range m.backends {
+		lf, ok := b.(leftoverFinder)
+		if !ok {
+			continue
+		}
 		ids, err := lf.Leftovers(known)
 		if err != nil && !errors.Is(err, errors.ErrUnsupported) {
-			m.log.Warn("listing leftover sandboxes", "err", err) // clean what was found
+			m.log.Warn("listing leftover sandboxes", "backend", b.Name(), "err", err) // clean what was found
 		}
 		for _, id := range ids {
-			if err := m.cfg.Backend.Cleanup(ctx, id, nil); err != nil {
-				m.log.Error("cleaning up leftover sandbox", "sandbox_id", id, "err", err)
+			if err := b.Cleanup(ctx, id, nil); err != nil {
+				m.log.Error("cleaning up leftover sandbox", "backend", b.Name(), "sandbox_id", id, "err", err)
 				continue
 			}
 			cleaned++
@@ -61,13 +66,15 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	return nil
 }
 
-// adopt takes over the sandbox of rec, or cleans it up and records why not.
-// It reports whether the sandbox is live.
+// adopt takes over the sandbox of rec with the backend that started it,
+// or cleans it up and records why not. It reports whether the sandbox is
+// live.
 func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 	log := m.log.With("sandbox_id", rec.ID)
+	backend := m.backends[rec.Backend]
 	end := func(state store.State, reason string, cleanup bool) {
 		if cleanup {
-			if err := m.cfg.Backend.Cleanup(ctx, rec.ID, rec.BackendState); err != nil {
+			if err := backend.Cleanup(ctx, rec.ID, rec.BackendState); err != nil {
 				log.Error("cleaning up sandbox", "err", err)
 			}
 		}
@@ -75,7 +82,7 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 			log.Error("recording lost sandbox", "err", err)
 		}
 	}
-	if rec.Backend != m.cfg.Backend.Name() {
+	if backend == nil {
 		log.Warn("sandbox of another backend: not adopted", "backend", rec.Backend)
 		end(store.StateKilled, fmt.Sprintf("%s: backend %q is not configured", reasonLost, rec.Backend), false)
 		return false
@@ -85,17 +92,22 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 		end(store.StateError, reasonInterrupted, true)
 		return false
 	}
-	inst, err := m.cfg.Backend.Adopt(ctx, rec.ID, rec.BackendState)
+	inst, err := backend.Adopt(ctx, rec.ID, rec.BackendState)
 	if err != nil {
 		log.Info("sandbox not adoptable, cleaning up", "err", err)
 		end(store.StateKilled, reasonLost, true)
 		return false
 	}
 	// The record is the truth: a crash between writing it and acting on it
-	// leaves the instance in the other state.
-	if rec.State == store.StatePaused {
+	// leaves the instance in the other state. A backend that cannot pause
+	// has no sandbox paused.
+	canPause := backend.Capabilities().Pause
+	switch {
+	case rec.State == store.StatePaused && canPause:
 		err = inst.Pause(ctx)
-	} else {
+	case rec.State == store.StatePaused:
+		err = fmt.Errorf("recorded paused, but the %s backend cannot pause", backend.Name())
+	case canPause:
 		err = inst.Resume(ctx)
 	}
 	if err == nil {
@@ -111,7 +123,7 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 		end(store.StateKilled, reasonLost, true)
 		return false
 	}
-	m.register(m.newSandbox(rec, inst, log))
+	m.register(m.newSandbox(rec, backend, inst, log))
 	log.Info("adopted sandbox", "state", rec.State)
 	return true
 }

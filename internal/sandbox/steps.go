@@ -81,9 +81,13 @@ func (m *Manager) RunStep(ctx context.Context, s template.StepSpec) (code int, e
 		}
 	}()
 
+	backend, err := m.stepBackend()
+	if err != nil {
+		return 0, err
+	}
 	top := len(s.Layers) - 1
 	token := newToken()
-	inst, err := m.cfg.Backend.Start(ctx, isolation.Spec{
+	inst, err := backend.Start(ctx, isolation.Spec{
 		ID:              id,
 		RootFS:          s.Layers[top],
 		Layers:          s.Layers[:top],
@@ -96,7 +100,7 @@ func (m *Manager) RunStep(ctx context.Context, s template.StepSpec) (code int, e
 	if err != nil {
 		return 0, fmt.Errorf("starting: %w", err)
 	}
-	log.Debug("build step sandbox started")
+	log.Debug("build step sandbox started", "backend", backend.Name())
 	defer func() {
 		if m.cfg.BuildNetwork != nil {
 			m.cfg.BuildNetwork.Detach(id)
@@ -107,6 +111,9 @@ func (m *Manager) RunStep(ctx context.Context, s template.StepSpec) (code int, e
 			err = errors.Join(err, fmt.Errorf("stopping: %w", serr))
 		}
 	}()
+	if err := waitEnvd(ctx, inst); err != nil {
+		return 0, err
+	}
 	if link := inst.Link(); m.cfg.BuildNetwork != nil && link.Gateway.IsValid() {
 		if err := m.cfg.BuildNetwork.Attach(ctx, id, link, egress.Rules{}, m.cfg.MaxBandwidth); err != nil {
 			return 0, fmt.Errorf("attaching the build network: %w", err)
@@ -119,6 +126,17 @@ func (m *Manager) RunStep(ctx context.Context, s template.StepSpec) (code int, e
 		return 0, fmt.Errorf("initialising envd: %w", err)
 	}
 	return runStepCommand(ctx, inst, token, s)
+}
+
+// stepBackend is the backend build steps run on: Config.Backend when it
+// can export a step's changes, else the first of OtherBackends that can.
+func (m *Manager) stepBackend() (isolation.Backend, error) {
+	for _, b := range append([]isolation.Backend{m.cfg.Backend}, m.cfg.OtherBackends...) {
+		if b.Capabilities().Export {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("no backend of this server can run build steps: %s", cannot(m.cfg.Backend, "export a step's changes"))
 }
 
 // runStepCommand runs s's command through envd's process API, as root

@@ -22,6 +22,10 @@ import (
 // opaque directories, hard links, nothing the backend placed), later steps
 // run over earlier ones as the user asked, a step is stopped at its
 // timeout, and no step sandbox is left behind, also after a crash.
+// stepTestResources are the quotas of the step sandboxes the test starts
+// on the backend itself, as RunStep would.
+var stepTestResources = isolation.Resources{CPUCount: DefaultStepCPU, MemoryMB: 256, DiskSizeMB: 256}
+
 func TestRunStep(t *testing.T) {
 	ctx := context.Background()
 	cfg, backend, _ := jailConfig(t, nil)
@@ -128,13 +132,13 @@ func TestRunStep(t *testing.T) {
 
 	// One a crash left behind is a leftover the next server cleans up.
 	crashed := stepPrefix + "crashed"
-	if _, err := backend.Start(ctx, isolation.Spec{ID: crashed, RootFS: rootfs, EnvdPath: cfg.EnvdPath, Export: filepath.Join(dir, "crashed")}); err == nil {
+	if _, err := backend.Start(ctx, isolation.Spec{ID: crashed, RootFS: rootfs, EnvdPath: cfg.EnvdPath, Export: filepath.Join(dir, "crashed"), Resources: stepTestResources}); err == nil {
 		t.Fatal("Start with an export directory that does not exist succeeded")
 	}
 	if err := os.Mkdir(filepath.Join(dir, "crashed"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := backend.Start(ctx, isolation.Spec{ID: crashed, RootFS: rootfs, EnvdPath: cfg.EnvdPath, Export: filepath.Join(dir, "crashed")}); err != nil {
+	if _, err := backend.Start(ctx, isolation.Spec{ID: crashed, RootFS: rootfs, EnvdPath: cfg.EnvdPath, Export: filepath.Join(dir, "crashed"), Resources: stepTestResources}); err != nil {
 		t.Fatal(err)
 	}
 	m2, err := New(cfg)

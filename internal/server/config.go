@@ -29,6 +29,10 @@ type Config struct {
 	DataDir string   // store, templates, sandboxes, TLS material
 	APIKeys []string // keys to accept in addition to the stored ones
 	TLS     bool     // serve HTTPS with a CA kept under DataDir/tls
+	// Backend is the isolation backend of new sandboxes: BackendAuto (the
+	// default), BackendJail or BackendVM. Sandboxes keep the backend that
+	// started them, which is recorded with each.
+	Backend string
 	// EnvdPath is the envd binary mounted into sandboxes; "" = "envd" next
 	// to the running executable.
 	EnvdPath string
@@ -146,6 +150,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
+		Backend:            BackendAuto,
 		AddressPool:        network.DefaultPoolPrefix,
 		WarmPools:          map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
 		MaxSandboxes:       MaxSandboxesAuto,
@@ -225,6 +230,12 @@ func (c *Config) Validate() error {
 	}
 	if strings.Contains(c.Domain, "/") || strings.HasPrefix(c.Domain, ".") {
 		return fmt.Errorf("--domain %q: want a host name with an optional :port, e.g. sandbox.example.com", c.Domain)
+	}
+	if c.Backend == "" {
+		c.Backend = BackendAuto
+	}
+	if _, err := chooseBackend(c.Backend, false); err != nil {
+		return err
 	}
 	switch c.Userns {
 	case "", "auto", "on", "off":

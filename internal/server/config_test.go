@@ -133,7 +133,7 @@ func TestDefaultsValidate(t *testing.T) {
 func TestBackendConfig(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		cfg := Config{DataDir: "/srv/asb", Userns: "off", NoNewPrivs: on}
-		jc := backendConfig(cfg, slog.New(slog.DiscardHandler), &sandboxNetwork{})
+		jc := backendConfig(cfg, slog.New(slog.DiscardHandler), nil)
 		if jc.NoNewPrivs != on || jc.StateDir != "/srv/asb/sandboxes" || jc.Userns != "off" {
 			t.Errorf("NoNewPrivs %v: jail config %+v", on, jc)
 		}

@@ -26,17 +26,19 @@ const dropLogGroup = 7319
 
 // sandboxNetwork is the host side of sandbox networking.
 type sandboxNetwork struct {
-	pool     *network.Pool
-	firewall *network.Firewall
-	gateway  *gateway.Gateway
+	pool *network.Pool
+	// host makes every sandbox's namespace, veth and lease, for every
+	// backend.
+	host    *network.Host
+	gateway *gateway.Gateway
 	// builds serves the sandboxes of template build steps, under the
 	// build egress policy.
 	builds *gateway.Gateway
 }
 
-// newSandboxNetwork builds the address pool, the firewall and the egress
-// gateway from cfg. Nothing is installed until the backend prepares the
-// network.
+// newSandboxNetwork builds the address pool, the firewall, the host
+// networking over them and the egress gateways from cfg. Nothing is
+// installed until host.Prepare.
 func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	pool, err := network.NewPool(cfg.AddressPool)
 	if err != nil {
@@ -104,7 +106,11 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up the build egress gateway: %w", err)
 	}
-	return &sandboxNetwork{pool: pool, firewall: fw, gateway: gw, builds: builds}, nil
+	host, err := network.NewHost(network.HostConfig{Pool: pool, Firewall: fw})
+	if err != nil {
+		return nil, err
+	}
+	return &sandboxNetwork{pool: pool, host: host, gateway: gw, builds: builds}, nil
 }
 
 // allowMirror adds the Debian mirror's host to a build ceiling: apt in the

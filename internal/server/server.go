@@ -24,7 +24,6 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/router"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
@@ -91,22 +90,24 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates.RegistryTransport = registries.Transport()
-	backend, err := jail.New(backendConfig(cfg, log, s.net))
+	backend, others, err := newBackends(cfg, log, s.net.host)
 	if err != nil {
-		return nil, fmt.Errorf("setting up the jail backend: %w", err)
+		return nil, err
 	}
 	// Before the manager adopts surviving sandboxes (in Run).
-	if err := backend.PrepareNetwork(ctx); err != nil {
-		return nil, fmt.Errorf("setting up sandbox networking: %w", err)
+	if err := s.net.host.Prepare(ctx); err != nil {
+		return nil, err
 	}
 	s.manager, err = sandbox.New(sandbox.Config{
-		Store:     st,
-		Backend:   backend,
-		Templates: templateRegistry{builder: s.templates, store: st},
-		EnvdPath:  cfg.EnvdPath,
-		Tools:     map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
-		Log:       log.With("component", "sandbox"),
-		Network:   s.net.gateway,
+		Store:         st,
+		Backend:       backend,
+		OtherBackends: others,
+		Templates:     templateRegistry{builder: s.templates, store: st},
+		Images:        s.templates,
+		EnvdPath:      cfg.EnvdPath,
+		Tools:         map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
+		Log:           log.With("component", "sandbox"),
+		Network:       s.net.gateway,
 		MaxBandwidth: network.Bandwidth{
 			Down: uint64(cfg.BandwidthMbit * 1e6),
 			Up:   uint64(cfg.BandwidthMbit * 1e6),
@@ -147,21 +148,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	return s, nil
-}
-
-// sandboxesDir holds the jail's per-sandbox directories and disk images.
-func sandboxesDir(cfg Config) string { return filepath.Join(cfg.DataDir, "sandboxes") }
-
-// backendConfig is the jail backend's configuration for cfg.
-func backendConfig(cfg Config, log *slog.Logger, net *sandboxNetwork) jail.Config {
-	return jail.Config{
-		StateDir:   sandboxesDir(cfg),
-		Log:        log.With("component", "jail"),
-		Pool:       net.pool,
-		Firewall:   net.firewall,
-		Userns:     jail.UsernsMode(cfg.Userns),
-		NoNewPrivs: cfg.NoNewPrivs,
-	}
 }
 
 // Builder is the server's template builder, whose steps run in the

@@ -160,12 +160,9 @@ func newHarness(t *testing.T) *harness {
 	cgParent := fmt.Sprintf("agent-sandbox-egresstest-%d", os.Getpid())
 	backend, err := jail.New(jail.Config{
 		StateDir: filepath.Join(dir, "sandboxes"), RunDir: runDir, CgroupParent: cgParent, Log: log,
-		Pool: pool, Firewall: fw,
+		Network: jailtest.Network(t, runDir, pool, fw),
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := backend.PrepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
 	jailtest.CleanupRunDir(t, runDir, cgParent)

@@ -194,15 +194,12 @@ func newHarness(t *testing.T, userns jail.UsernsMode, opts ...func(*sandbox.Conf
 	h.cgParent = fmt.Sprintf("agent-sandbox-securitytest-%d", os.Getpid())
 	backend, err := jail.New(jail.Config{
 		StateDir: h.stateDir, RunDir: runDir, CgroupParent: h.cgParent, Log: log,
-		Pool: pool, Firewall: fw, Userns: userns,
+		Network: jailtest.Network(t, runDir, pool, fw), Userns: userns,
 	})
 	if userns == jail.UsernsOn {
 		testenv.Require(t, err == nil, fmt.Sprintf("this host cannot run sandboxes in user namespaces: %v", err))
 	}
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := backend.PrepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
 	jailtest.CleanupRunDir(t, runDir, h.cgParent)

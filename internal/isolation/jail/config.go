@@ -11,13 +11,6 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
-// Defaults for zero Resources fields.
-const (
-	DefaultCPUCount   = 2
-	DefaultMemoryMB   = 512
-	DefaultDiskSizeMB = 1024
-)
-
 // defaultPids caps a sandbox's tasks (processes and threads) at one per
 // MiB of its memory, and at least minPids. Every sandbox maps the same
 // template files (libc, bash), so a sandbox whose tasks alone can fill its
@@ -44,10 +37,6 @@ func userTasks(pids int) int { return pids - min(64, pids/4) }
 // handshake) and then never answer.
 var ErrPaused = errors.New("sandbox is paused")
 
-// EnvdPort is where envd listens inside every sandbox, on its loopback
-// only: Instance.Dial reaches it from inside the network namespace.
-const EnvdPort = 49983
-
 // Config configures the backend.
 type Config struct {
 	// StateDir holds one directory per sandbox (disk image, log, mount
@@ -69,12 +58,11 @@ type Config struct {
 	// NoNewPrivs sets no_new_privs for envd and everything it starts, which
 	// disables setuid programs such as sudo. See the package doc.
 	NoNewPrivs bool
-	// Pool and Firewall give each sandbox a routed veth (eth0, an address
-	// from Pool, a default route) isolated by Firewall. Both or neither:
-	// nil means loopback only. The caller installs the firewall base
-	// (EnsureBase) and restores the pool (RestoreLeases) before Adopt.
-	Pool     *network.Pool
-	Firewall *network.Firewall
+	// Network is the host's sandbox networking, which makes each
+	// sandbox's network namespace (and veth, lease and firewall pieces);
+	// the caller prepares it (Host.Prepare) before Adopt and Start. nil:
+	// loopback only, namespaces under RunDir.
+	Network *network.Host
 	// Userns says whether each sandbox's processes run in a user namespace
 	// that maps its ids 0..65535 onto a host range of its own (see the
 	// package doc); default UsernsAuto.
@@ -152,9 +140,6 @@ func (c *Config) Validate() error {
 	}
 	if !filepath.IsAbs(c.UsernsDir) {
 		errs = append(errs, fmt.Errorf("uid range dir %q is not an absolute path", c.UsernsDir))
-	}
-	if (c.Pool == nil) != (c.Firewall == nil) {
-		errs = append(errs, errors.New("network pool and firewall go together: set both or neither"))
 	}
 	return errors.Join(errs...)
 }

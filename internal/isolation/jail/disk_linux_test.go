@@ -73,15 +73,15 @@ func BenchmarkMakeDisk(b *testing.B) {
 	testenv.Require(b, err == nil, "benchmark needs mkfs.ext4 (apt-get install e2fsprogs)")
 	dir := b.TempDir()
 	var d diskMaker
-	if err := d.make(context.Background(), filepath.Join(dir, "first"), DefaultDiskSizeMB); err != nil {
+	if err := d.make(context.Background(), filepath.Join(dir, "first"), testDiskMB); err != nil {
 		b.Fatal(err)
 	}
 	for _, bc := range []struct {
 		name string
 		make func(path string) error
 	}{
-		{"mkfs", func(p string) error { return makeDisk(context.Background(), p, DefaultDiskSizeMB) }},
-		{"kept", func(p string) error { return d.make(context.Background(), p, DefaultDiskSizeMB) }},
+		{"mkfs", func(p string) error { return makeDisk(context.Background(), p, testDiskMB) }},
+		{"kept", func(p string) error { return d.make(context.Background(), p, testDiskMB) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for i := 0; b.Loop(); i++ {

@@ -1,6 +1,7 @@
 package jail
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -64,8 +65,19 @@ func newTestBackend(t testing.TB, mod func(*Config)) *Backend {
 
 var idSeq int
 
+// The quotas testSpec gives where res leaves them zero (the manager fills
+// them in a server).
+const (
+	testCPUCount = 2
+	testMemoryMB = 512
+	testDiskMB   = 1024
+)
+
 func testSpec(t testing.TB, res isolation.Resources) isolation.Spec {
 	idSeq++
+	res.CPUCount = cmp.Or(res.CPUCount, testCPUCount)
+	res.MemoryMB = cmp.Or(res.MemoryMB, testMemoryMB)
+	res.DiskSizeMB = cmp.Or(res.DiskSizeMB, testDiskMB)
 	return isolation.Spec{
 		ID:        fmt.Sprintf("t%d-%d", os.Getpid(), idSeq),
 		RootFS:    testRootfs(t),
@@ -75,7 +87,8 @@ func testSpec(t testing.TB, res isolation.Resources) isolation.Spec {
 	}
 }
 
-// startSandbox starts spec and stops the sandbox when the test ends.
+// startSandbox starts spec, waits for envd as the manager does, and stops
+// the sandbox when the test ends.
 func startSandbox(t *testing.T, b *Backend, spec isolation.Spec) *Instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -85,12 +98,16 @@ func startSandbox(t *testing.T, b *Backend, spec isolation.Spec) *Instance {
 	if err != nil {
 		t.Fatalf("Start: %v", err)
 	}
-	t.Logf("Start took %v", time.Since(t0))
 	t.Cleanup(func() {
 		if err := inst.Stop(context.Background()); err != nil {
 			t.Errorf("Stop: %v", err)
 		}
 	})
+	t1 := time.Now()
+	if err := isolation.WaitEnvd(ctx, inst); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Start took %v, envd ready %v later", t1.Sub(t0), time.Since(t1))
 	return inst.(*Instance)
 }
 
@@ -158,7 +175,7 @@ func sh(t *testing.T, inst isolation.Instance, script string) string {
 func envdHTTPClient(inst isolation.Instance) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return inst.Dial(ctx, EnvdPort)
+			return inst.Dial(ctx, isolation.EnvdPort)
 		},
 	}}
 }

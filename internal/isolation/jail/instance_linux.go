@@ -53,11 +53,11 @@ func (inst *Instance) State() json.RawMessage {
 }
 
 // Link implements isolation.Instance.
-func (inst *Instance) Link() isolation.Link {
+func (inst *Instance) Link() network.Link {
 	if !inst.state.Gateway.IsValid() {
-		return isolation.Link{}
+		return network.Link{}
 	}
-	return isolation.Link{HostIf: network.VethName(inst.id), Gateway: inst.state.Gateway, Address: inst.state.Address}
+	return network.Link{HostIf: network.VethName(inst.id), Gateway: inst.state.Gateway, Address: inst.state.Address}
 }
 
 // Dial implements isolation.Instance: it connects to 127.0.0.1:port from
@@ -190,7 +190,7 @@ func (inst *Instance) stop(ctx context.Context) error {
 	netDone := make(chan error, 1)
 	go func() {
 		t := time.Now()
-		err := errors.Join(inst.b.detachVeth(ctx, inst.id), inst.ns.Delete())
+		err := inst.b.net.Release(ctx, inst.id)
 		inst.b.cfg.Log.Debug("sandbox network removed", "sandbox_id", inst.id, "took", time.Since(t))
 		netDone <- err
 	}()

@@ -8,8 +8,6 @@ import (
 	"io"
 	"io/fs"
 	"maps"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +36,7 @@ type Backend struct {
 	disks        diskMaker
 	binaries     *binaryStore // what envd and the tools are mounted from
 	cpus         *cpuSets
+	net          *network.Host // Config.Network, or loopback only
 }
 
 var _ isolation.Backend = (*Backend)(nil)
@@ -61,7 +60,12 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w", err)
 	}
-	b := &Backend{cfg: cfg, ids: ids, binaries: &binaryStore{dir: BinariesDir(cfg.RunDir)}, cpus: cpus}
+	b := &Backend{cfg: cfg, ids: ids, binaries: &binaryStore{dir: BinariesDir(cfg.RunDir)}, cpus: cpus, net: cfg.Network}
+	if b.net == nil {
+		if b.net, err = network.NewHost(network.HostConfig{RunDir: cfg.RunDir}); err != nil {
+			return nil, fmt.Errorf("jail: %w", err)
+		}
+	}
 	on, reason, err := hostUsernsSupport(cfg.Userns)
 	if err != nil {
 		return nil, fmt.Errorf("jail: %w", err)
@@ -75,6 +79,12 @@ func New(cfg Config) (*Backend, error) {
 
 // Name implements isolation.Backend.
 func (b *Backend) Name() string { return "jail" }
+
+// Capabilities implements isolation.Backend: a jail pauses (cgroup freezer)
+// and exports a build step's changes; it runs from the template directory.
+func (b *Backend) Capabilities() isolation.Capabilities {
+	return isolation.Capabilities{Pause: true, Export: true}
+}
 
 func (b *Backend) dir(id string) string        { return filepath.Join(b.cfg.StateDir, id) }
 func (b *Backend) cgroupName(id string) string { return b.cfg.CgroupParent + "/" + id }
@@ -113,14 +123,8 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
 	res := spec.Resources
-	if res.CPUCount <= 0 {
-		res.CPUCount = DefaultCPUCount
-	}
-	if res.MemoryMB <= 0 {
-		res.MemoryMB = DefaultMemoryMB
-	}
-	if res.DiskSizeMB <= 0 {
-		res.DiskSizeMB = DefaultDiskSizeMB
+	if err := res.Check(); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 	}
 	if res.Pids <= 0 {
 		res.Pids = defaultPids(res.MemoryMB)
@@ -188,18 +192,11 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	dDisk := time.Since(tDisk)
 
-	ns, err := network.Create(b.cfg.RunDir, spec.ID)
+	ns, link, err := b.net.Setup(ctx, spec.ID)
 	if err != nil {
 		return nil, err
 	}
-	undo.push(func(context.Context) error { return ns.Delete() })
-	var addrs network.VethAddrs
-	if b.cfg.Pool != nil {
-		if addrs, err = b.attachVeth(ctx, spec.ID, ns); err != nil {
-			return nil, err
-		}
-		undo.push(func(ctx context.Context) error { return b.detachVeth(ctx, spec.ID) })
-	}
+	undo.push(func(ctx context.Context) error { return b.net.Release(ctx, spec.ID) })
 	dNet := time.Since(tDisk) - dDisk
 
 	cpuSet := b.cpus.take(res.CPUCount)
@@ -253,7 +250,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		RootDir:    filepath.Join(dir, rootDir),
 		EnvdPath:   envdPath,
 		Tools:      tools,
-		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(EnvdPort)}, // reached by Dial, from inside
+		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(isolation.EnvdPort)}, // reached by Dial, from inside
 		EnvdToken:  spec.EnvdAccessToken,
 		Hostname:   hostname,
 		MemoryMB:   res.MemoryMB,
@@ -265,8 +262,8 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	for _, l := range spec.Layers {
 		icfg.Layers = append(icfg.Layers, filepath.Clean(l))
 	}
-	if addrs.Gateway.IsValid() {
-		icfg.Nameserver = addrs.Gateway.String()
+	if link.Gateway.IsValid() {
+		icfg.Nameserver = link.Gateway.String()
 	}
 	if b.userns {
 		base, err := b.ids.Allocate(spec.ID)
@@ -346,7 +343,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	inst.state = state{
 		InitPid: cmd.Process.Pid, InitStart: start, Cgroup: cg.Name(), Netns: ns.Name(),
-		Dir: dir, CPUCount: res.CPUCount, CPUSet: cpuSet, Gateway: addrs.Gateway, Address: addrs.Sandbox,
+		Dir: dir, CPUCount: res.CPUCount, CPUSet: cpuSet, Gateway: link.Gateway, Address: link.Address,
 	}
 	switch {
 	case st.Userns:
@@ -357,11 +354,8 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 			return nil, err
 		}
 	}
-	if err := inst.waitHealthy(ctx); err != nil {
-		return nil, err
-	}
 	log.Debug("sandbox started", "init_pid", cmd.Process.Pid, "envd_pid_in_sandbox", st.EnvdPid, "userns_base", inst.state.UsernsBase,
-		"total", time.Since(t0), "disk", dDisk, "netns", dNet, "init", tInit.Sub(t0), "envd", time.Since(tInit))
+		"total", time.Since(t0), "disk", dDisk, "netns", dNet, "init", tInit.Sub(t0))
 	return inst, nil
 }
 
@@ -414,45 +408,6 @@ func readStatus(ctx context.Context, r *os.File) (initStatus, error) {
 	}
 }
 
-// healthFastPolls is how many times waitHealthy polls 1 ms apart before it
-// backs off: envd usually listens a few ms after init reports, and a create
-// waits for every ms between that and the poll that sees it.
-const healthFastPolls = 20
-
-// waitHealthy polls envd's GET /health until it answers 2xx or ctx ends.
-func (inst *Instance) waitHealthy(ctx context.Context) error {
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return inst.Dial(ctx, EnvdPort)
-		},
-		DisableKeepAlives: true,
-	}}
-	delay := time.Millisecond
-	var last error
-	for attempt := 1; ; attempt++ {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://envd/health", nil)
-		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode/100 == 2 {
-				return nil
-			}
-			err = fmt.Errorf("GET /health: %s", resp.Status)
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for envd: %w (last: %w)", ctx.Err(), last)
-		case <-inst.done:
-			return fmt.Errorf("waiting for envd: %w: %s", isolation.ErrGone, inst.Exit().Reason)
-		case <-time.After(delay):
-		}
-		if attempt >= healthFastPolls {
-			delay = min(2*delay, 50*time.Millisecond)
-		}
-	}
-}
-
 // Adopt implements isolation.Backend.
 func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (isolation.Instance, error) {
 	var st state
@@ -491,19 +446,15 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 	if err != nil || !slices.Contains(procs, st.InitPid) {
 		return nil, gone("init pid %d is not in cgroup %s", st.InitPid, st.Cgroup)
 	}
-	ns, err := network.Open(b.cfg.RunDir, st.Netns)
-	if err != nil {
+	ns, err := b.net.Adopt(id, network.Link{Gateway: st.Gateway, Address: st.Address})
+	if errors.Is(err, fs.ErrNotExist) {
 		return nil, gone("%v", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
 	}
 	if st.UsernsBase != 0 {
 		if err := b.ids.Reserve(id, st.UsernsBase); err != nil {
-			return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
-		}
-	}
-	if b.cfg.Pool != nil && st.Gateway.IsValid() {
-		// PrepareNetwork has usually restored it from the veth already.
-		lease := map[string]network.VethAddrs{id: {Gateway: st.Gateway, Sandbox: st.Address}}
-		if err := b.cfg.Pool.Restore(lease); err != nil {
 			return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
 		}
 	}
@@ -539,14 +490,7 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 		errs = append(errs, ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx))
 		cancel()
 	}
-	errs = append(errs, b.detachVeth(ctx, id))
-	ns, err := network.Open(b.cfg.RunDir, id)
-	if err == nil {
-		errs = append(errs, ns.Delete())
-	} else if _, serr := os.Lstat(filepath.Join(network.Dir(b.cfg.RunDir), id)); serr == nil {
-		// A file left without its mount by a Create that stopped half-way.
-		errs = append(errs, os.Remove(filepath.Join(network.Dir(b.cfg.RunDir), id)))
-	}
+	errs = append(errs, b.net.Release(ctx, id))
 	errs = append(errs, releaseLoops(ctx, filepath.Join(b.dir(id), diskFile)), removeDir(b.dir(id)), b.ids.Release(id))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleaning up sandbox %s: %w", id, err)

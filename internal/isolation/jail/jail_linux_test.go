@@ -151,7 +151,7 @@ func TestSandbox(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("stats: %+v", s)
-		if s.MemTotal != DefaultMemoryMB<<20 || s.MemUsed == 0 || s.DiskTotal < 900<<20 || s.DiskUsed == 0 || s.ProcessesUp == 0 || s.CPUCount != DefaultCPUCount {
+		if s.MemTotal != testMemoryMB<<20 || s.MemUsed == 0 || s.DiskTotal < 900<<20 || s.DiskUsed == 0 || s.ProcessesUp == 0 || s.CPUCount != testCPUCount {
 			t.Errorf("implausible stats %+v", s)
 		}
 	})
@@ -171,7 +171,7 @@ func TestSandbox(t *testing.T) {
 			t.Errorf("counter moved while paused: %q → %q", c1, c2)
 		}
 		t0 := time.Now()
-		if _, err := inst.Dial(ctx, EnvdPort); !errors.Is(err, ErrPaused) || time.Since(t0) > 100*time.Millisecond {
+		if _, err := inst.Dial(ctx, isolation.EnvdPort); !errors.Is(err, ErrPaused) || time.Since(t0) > 100*time.Millisecond {
 			t.Errorf("Dial while paused: %v after %v", err, time.Since(t0))
 		}
 		if err := inst.Resume(ctx); err != nil {
@@ -407,6 +407,9 @@ func BenchmarkStartStop(b *testing.B) {
 		t0 := time.Now()
 		inst, err := be.Start(context.Background(), spec)
 		if err != nil {
+			b.Fatal(err)
+		}
+		if err := isolation.WaitEnvd(context.Background(), inst); err != nil {
 			b.Fatal(err)
 		}
 		t1 := time.Now()

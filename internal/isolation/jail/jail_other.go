@@ -30,6 +30,9 @@ func InitMain([]string) error { return errors.ErrUnsupported }
 // Name implements isolation.Backend.
 func (b *Backend) Name() string { return "jail" }
 
+// Capabilities implements isolation.Backend.
+func (b *Backend) Capabilities() isolation.Capabilities { return isolation.Capabilities{} }
+
 // Start implements isolation.Backend.
 func (b *Backend) Start(context.Context, isolation.Spec) (isolation.Instance, error) {
 	return nil, errors.ErrUnsupported
@@ -44,9 +47,6 @@ func (b *Backend) Adopt(context.Context, string, json.RawMessage) (isolation.Ins
 func (b *Backend) Cleanup(context.Context, string, json.RawMessage) error {
 	return errors.ErrUnsupported
 }
-
-// PrepareNetwork fails: the jail backend needs Linux.
-func (b *Backend) PrepareNetwork(context.Context) error { return errors.ErrUnsupported }
 
 // Leftovers fails: the jail backend needs Linux.
 func (b *Backend) Leftovers(map[string]bool) ([]string, error) { return nil, errors.ErrUnsupported }

@@ -356,9 +356,6 @@ const (
 // it fails with ENOSPC and leaves the sandbox's processes room to run.
 // Chromium, the largest user, wants a large /dev/shm.
 func shmBytes(memoryMB int) int64 {
-	if memoryMB <= 0 {
-		memoryMB = DefaultMemoryMB
-	}
 	return int64(memoryMB) << 20 / 2
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/vishvananda/netlink"
@@ -22,9 +24,10 @@ import (
 // on the same host never shares an address with the test.
 var testPoolPrefix = netip.MustParsePrefix("10.201.255.0/24")
 
-// newNetworkBackend returns a backend with networking; the firewall table
-// is deleted when the test ends unless it was there before.
-func newNetworkBackend(t *testing.T) *Backend {
+// newNetworkBackend returns a backend with networking and its address
+// pool; the firewall table is deleted when the test ends unless it was
+// there before.
+func newNetworkBackend(t *testing.T) (*Backend, *network.Pool) {
 	t.Helper()
 	testenv.RequireRoot(t)
 	testenv.LockFirewall(t)
@@ -44,15 +47,12 @@ func newNetworkBackend(t *testing.T) *Backend {
 			}
 		})
 	}
-	b := newTestBackend(t, func(c *Config) { c.Pool, c.Firewall = pool, fw })
-	if err := b.PrepareNetwork(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	host := jailtest.Network(t, filepath.Join(scratch, "run"), pool, fw)
+	return newTestBackend(t, func(c *Config) { c.Network = host }), pool
 }
 
 func TestNetwork(t *testing.T) {
-	b := newNetworkBackend(t)
+	b, pool := newNetworkBackend(t)
 	spec := testSpec(t, isolation.Resources{})
 	inst := startSandbox(t, b, spec)
 	gw, addr := inst.state.Gateway, inst.state.Address
@@ -116,12 +116,12 @@ func TestNetwork(t *testing.T) {
 		}
 	})
 	t.Run("envd on the loopback only", func(t *testing.T) {
-		c, err := inst.Dial(context.Background(), EnvdPort)
+		c, err := inst.Dial(context.Background(), isolation.EnvdPort)
 		if err != nil {
 			t.Fatalf("envd on 127.0.0.1: %v", err)
 		}
 		c.Close()
-		if c, err := inst.ns.Dial(context.Background(), "tcp", netip.AddrPortFrom(addr, EnvdPort).String()); !errors.Is(err, unix.ECONNREFUSED) {
+		if c, err := inst.ns.Dial(context.Background(), "tcp", netip.AddrPortFrom(addr, isolation.EnvdPort).String()); !errors.Is(err, unix.ECONNREFUSED) {
 			if c != nil {
 				c.Close()
 			}
@@ -161,10 +161,10 @@ func TestNetwork(t *testing.T) {
 	}
 	assertNoVeth(t, host)
 	// The lease is free again.
-	if err := b.cfg.Pool.Restore(map[string]network.VethAddrs{"probe-lease": {Gateway: gw, Sandbox: addr}}); err != nil {
+	if err := pool.Restore(map[string]network.VethAddrs{"probe-lease": {Gateway: gw, Sandbox: addr}}); err != nil {
 		t.Errorf("after Stop, the lease is still held: %v", err)
 	}
-	b.cfg.Pool.Release("probe-lease")
+	pool.Release("probe-lease")
 
 	// Cleanup finds the veth by the id alone.
 	spec2 := testSpec(t, isolation.Resources{})

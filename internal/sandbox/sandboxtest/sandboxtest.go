@@ -76,12 +76,9 @@ func StepRunner(t testing.TB, ceiling egress.Ceiling) *sandbox.Manager {
 	cgParent := fmt.Sprintf("agent-sandbox-steptest-%d", os.Getpid())
 	backend, err := jail.New(jail.Config{
 		StateDir: filepath.Join(dir, "sandboxes"), RunDir: runDir, CgroupParent: cgParent, Log: log,
-		Pool: pool, Firewall: fw,
+		Network: jailtest.Network(t, runDir, pool, fw),
 	})
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := backend.PrepareNetwork(ctx); err != nil {
 		t.Fatal(err)
 	}
 	jailtest.CleanupRunDir(t, runDir, cgParent)

@@ -2,6 +2,7 @@ package jailtest
 
 import (
 	"bufio"
+	"context"
 	"os"
 	"path/filepath"
 	"sort"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"golang.org/x/sys/unix"
 )
 
@@ -71,4 +73,19 @@ func unescapeMountPath(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// Network returns prepared host networking (network.Host) over pool and
+// fw with its namespaces under runDir, for a test backend's
+// Config.Network; Release covers what it leaves.
+func Network(t testing.TB, runDir string, pool *network.Pool, fw *network.Firewall) *network.Host {
+	t.Helper()
+	host, err := network.NewHost(network.HostConfig{RunDir: runDir, Pool: pool, Firewall: fw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Prepare(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return host
 }
