@@ -15,6 +15,18 @@
 // started by a function given to Do (exec.Cmd.Start) inherits the
 // namespace, which is how the jail backend puts its init there.
 //
+// # Host
+//
+// Host is the one owner of all this for every isolation backend: the
+// server builds one over its Pool and Firewall and hands it to each
+// backend, which asks it for a sandbox's namespace, veth and lease
+// (Setup), re-opens them after a restart (Adopt) and gives them back
+// (Release, which needs nothing but the sandbox id). Prepare installs the
+// firewall's base and restores the pool's leases once, before anything is
+// adopted or started. A backend runs the sandbox inside the namespace (the
+// jail's init; a VM's QEMU process with its tap), so the host side of the
+// veth, where egress is enforced, is the same whatever the backend.
+//
 // # Veth and addresses
 //
 // AttachVeth gives a namespace a routed veth: the host end (VethName: the

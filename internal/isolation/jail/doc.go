@@ -10,9 +10,9 @@
 //
 //  1. makes StateDir/<id> and a sparse ext4 image there of DiskSizeMB (the
 //     disk quota; mkfs.ext4 without a journal);
-//  2. creates the network namespace <id> (package network) and, when
-//     Config.Pool and Config.Firewall are set, leases the sandbox a /30 and
-//     attaches its routed veth (eth0 inside, VethName(id) on the host) with
+//  2. asks the host networking (Config.Network, a network.Host) for the
+//     network namespace <id>, which, with an address pool, comes with a /30
+//     lease and a routed veth (eth0 inside, VethName(id) on the host) under
 //     the firewall's default-deny egress; then the cgroup
 //     <CgroupParent>/<id> with the cpu, memory (no swap) and pids limits;
 //  3. re-executes InitPath with InitArgs (the hidden "init" command) from a
@@ -20,8 +20,8 @@
 //     NEWIPC (and, on cgroup v2, NEWCGROUP plus CLONE_INTO_CGROUP, so the
 //     child never runs outside its group). On v1 the child waits for its
 //     configuration, which is written to it only after cgroup.Add;
-//  4. waits for init's status message and then for envd's GET /health,
-//     reached through the network namespace.
+//  4. waits for init's status message, which init sends once envd is
+//     started; the manager then waits for envd itself (isolation.WaitEnvd).
 //
 // InitMain (PID 1 in the sandbox, still running our binary) first closes
 // every descriptor it inherited beyond fds 0 to 4 that an exec would pass
@@ -55,10 +55,9 @@
 // shifted back to the template's and nothing in the tree followed.
 //
 // envd is still reached through the namespace's loopback (Dial), never
-// through the veth. PrepareNetwork (once, before Adopt) installs the
-// firewall's base and restores the pool's leases from the host veths; Adopt
-// re-reserves the lease recorded in the state, and Stop and Cleanup remove
-// the veth, its firewall chain and the lease.
+// through the veth. The networking is the host's (network.Host), shared by
+// every backend: Adopt re-opens the namespace and re-reserves the lease
+// recorded in the state, and Stop and Cleanup give both back (Release).
 //
 // Everything a sandbox uses is named after its ID (directory, network
 // namespace, host veth, cgroup), so Cleanup works even from a State that a
