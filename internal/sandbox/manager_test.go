@@ -80,12 +80,6 @@ func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (e *fakeEnvd) lastInit(t *testing.T) initBody {
-	t.Helper()
-	b, _ := e.lastInitWithToken(t)
-	return b
-}
-
 // lastInitWithToken returns the last /init body and the token it presented.
 func (e *fakeEnvd) lastInitWithToken(t *testing.T) (initBody, string) {
 	t.Helper()
