@@ -623,10 +623,8 @@ func (f leftoverFake) Leftovers(known map[string]bool) ([]string, error) {
 }
 
 func TestReconcile(t *testing.T) {
-	fake := isolation.NewFake()
-	e := newEnv(t, func(c *Config) { c.Backend = leftoverFake{fake} })
-	e.fake = fake
-	fake.Handle(EnvdPort, e.envd)
+	e := newEnv(t, func(c *Config) { c.Backend = leftoverFake{c.Backend.(*isolation.Fake)} })
+	fake := e.fake
 	ctx := context.Background()
 
 	live := e.create(t, CreateRequest{Timeout: time.Minute, Secure: true})

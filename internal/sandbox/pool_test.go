@@ -175,15 +175,15 @@ func (b *gatedBackend) hold() (open func()) {
 }
 
 func TestPoolGrowsAndShrinks(t *testing.T) {
-	fake := isolation.NewFake()
-	gb := &gatedBackend{Fake: fake}
+	// The gate wraps the env's own fake, whose envd handler is in place
+	// before the manager starts filling the pool.
+	var gb *gatedBackend
 	e := newEnv(t, func(c *Config) {
+		gb = &gatedBackend{Fake: c.Backend.(*isolation.Fake)}
 		c.Backend = gb
 		c.WarmPools = map[string]PoolSize{"base": {Min: 1, Max: 3}}
 		c.PoolIdle = time.Second
 	})
-	e.fake = fake
-	fake.Handle(EnvdPort, e.envd)
 	e.waitReady(t, 1)
 
 	// With starts held, the first create takes the member and the second
