@@ -159,7 +159,7 @@ func TestBuildSteps(t *testing.T) {
 		if l == "ready" && hostUID == "" {
 			hostUID = h.stepProcessUID("sleep")
 		}
-	}, "/bin/sh", "-c", "head -1 /proc/self/uid_map | tr -s ' ' ; id -u; echo ready; sleep 2")
+	}, "/bin/sh", "-c", "head -1 /proc/self/uid_map | tr -s ' ' ; id -u; echo ready; sleep 5")
 	base, _ := strconv.Atoi(strings.Fields(hostUID + " 0")[0])
 	tb.add(t, outcome{attack: "build step's root: host uid (/proc/<pid>/status Uid)", as: "root",
 		expected:  "an unprivileged host uid (its user namespace's range)",
@@ -354,6 +354,17 @@ func (h *harness) leftoverSteps() []string {
 // stepProcessUID returns the host Uid line's real uid of the process named
 // comm in the running build step sandbox, read from the host.
 func (h *harness) stepProcessUID(comm string) string {
+	// The step prints its cue before its shell has forked comm: look
+	// for a while.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if uid := h.findStepProcessUID(comm); uid != "" {
+			return uid
+		}
+	}
+	return "not found"
+}
+
+func (h *harness) findStepProcessUID(comm string) string {
 	for _, id := range h.leftoverSteps() {
 		cg, err := cgroup.Load(h.cgParent + "/" + id)
 		if err != nil {
@@ -378,5 +389,5 @@ func (h *harness) stepProcessUID(comm string) string {
 			f.Close()
 		}
 	}
-	return "not found"
+	return ""
 }
