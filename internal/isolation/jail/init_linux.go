@@ -11,6 +11,7 @@ import (
 	"slices"
 	"syscall"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"golang.org/x/sys/unix"
 )
 
@@ -224,7 +225,7 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 		defer unix.Close(tok)
 		files = append(files, uintptr(tok)) // envdTokenFd
 	}
-	res.envdPid, err = syscall.ForkExec(envdGuestPath, envdArgv(cfg), &syscall.ProcAttr{
+	res.envdPid, err = syscall.ForkExec(isolation.EnvdGuestPath, envdArgv(cfg), &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   envdEnv,
 		Files: files,

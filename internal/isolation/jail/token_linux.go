@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,7 +17,7 @@ const envdTokenFd = 3
 // envdArgv is envd's command line: its configured arguments and, when it
 // has an access token, where to read it.
 func envdArgv(cfg *initConfig) []string {
-	argv := append([]string{envdGuestPath}, cfg.EnvdArgs...)
+	argv := append([]string{isolation.EnvdGuestPath}, cfg.EnvdArgs...)
 	if cfg.EnvdToken != "" {
 		argv = append(argv, "--access-token-fd", strconv.Itoa(envdTokenFd))
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"golang.org/x/sys/unix"
 )
@@ -271,7 +272,7 @@ func execEnvd(cfg *initConfig) error {
 			return fmt.Errorf("handing envd its token: %w", err)
 		}
 	}
-	if err := unix.Exec(envdGuestPath, envdArgv(cfg), envdEnv); err != nil {
+	if err := unix.Exec(isolation.EnvdGuestPath, envdArgv(cfg), envdEnv); err != nil {
 		return fmt.Errorf("executing envd: %w", err)
 	}
 	return nil
