@@ -42,6 +42,11 @@ const EnvdGuestPath = "/usr/bin/envd"
 // was killed, or could not be adopted.
 var ErrGone = errors.New("sandbox is gone")
 
+// ErrPaused is returned (wrapped) by Dial while the sandbox is paused: a
+// frozen process would accept the connection (the kernel completes the
+// TCP handshake) and then never answer.
+var ErrPaused = errors.New("sandbox is paused")
+
 // ErrPortClosed is returned (wrapped) by Dial when nothing listens on the port.
 var ErrPortClosed = errors.New("port is not open")
 

@@ -66,7 +66,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	paused := inst.paused
 	inst.mu.Unlock()
 	if paused {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, ErrPaused)
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrPaused)
 	}
 	select {
 	case <-inst.done:

@@ -485,23 +485,9 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 }
 
 // Leftovers returns the IDs of sandboxes that have a directory in StateDir
-// but are not in known, for the manager to Cleanup. The directory marks a
-// sandbox as this server's: Start creates it before anything else and
-// Cleanup removes it last. Network namespaces and cgroups alone are not
-// enough, because several servers (with different data directories) may
-// share a host, and one must never clean up another's sandboxes.
+// but are not in known, for the manager to Cleanup (isolation.DirLeftovers).
 func (b *Backend) Leftovers(known map[string]bool) ([]string, error) {
-	entries, err := os.ReadDir(b.cfg.StateDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("listing sandbox directories: %w", err)
-	}
-	var ids []string
-	for _, e := range entries {
-		if id := e.Name(); e.IsDir() && !known[id] && isolation.ValidID(id) == nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
+	return isolation.DirLeftovers(b.cfg.StateDir, known)
 }
 
 func ignoreNotExist(err error) error {

@@ -171,7 +171,7 @@ func TestSandbox(t *testing.T) {
 			t.Errorf("counter moved while paused: %q → %q", c1, c2)
 		}
 		t0 := time.Now()
-		if _, err := inst.Dial(ctx, isolation.EnvdPort); !errors.Is(err, ErrPaused) || time.Since(t0) > 100*time.Millisecond {
+		if _, err := inst.Dial(ctx, isolation.EnvdPort); !errors.Is(err, isolation.ErrPaused) || time.Since(t0) > 100*time.Millisecond {
 			t.Errorf("Dial while paused: %v after %v", err, time.Since(t0))
 		}
 		if err := inst.Resume(ctx); err != nil {
