@@ -8,11 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"golang.org/x/sys/unix"
 )
-
-// envdGuestPath is where envd appears inside every sandbox.
-const envdGuestPath = "/usr/bin/envd"
 
 // Paths in the sandbox's /proc and /sys that are hidden (files: /dev/null
 // bound over them; directories: an empty read-only tmpfs) or made read-only,
@@ -99,7 +97,7 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 	// What must come from the host is taken before the host is out of
 	// sight: envd and the tools as detached bind mounts, attached after the
 	// pivot.
-	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
+	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: guest.EnvdPath}}, cfg.Tools...)
 	trees := make([]int, 0, len(binaries))
 	defer func() {
 		for _, fd := range trees {
