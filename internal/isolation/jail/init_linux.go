@@ -182,7 +182,7 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 		return res, fmt.Errorf("setting hostname: %w", err)
 	}
 	if cfg.Nameserver != "" {
-		if err := writeResolvConf(cfg.Nameserver, base); err != nil {
+		if err := guest.WriteResolvConf(cfg.Nameserver, base); err != nil {
 			return res, err
 		}
 	}
@@ -283,21 +283,4 @@ func reapUntil(pid int) (unix.WaitStatus, error) {
 			return ws, nil
 		}
 	}
-}
-
-// writeResolvConf points the sandbox's resolver at the host's DNS filter on
-// its gateway. It replaces whatever the template has there (a symlink into
-// /run, say; resolved inside the new root, so it cannot point at the host).
-// The file is only a convenience: the host redirects every DNS packet from
-// the sandbox to the filter, whatever address it was sent to. It belongs to
-// the sandbox's root (host id base), who may rewrite it.
-func writeResolvConf(nameserver string, base int) error {
-	if err := os.Remove("/etc/resolv.conf"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("replacing /etc/resolv.conf: %w", err)
-	}
-	content := "nameserver " + nameserver + "\noptions edns0 trust-ad\n"
-	if err := os.WriteFile("/etc/resolv.conf", []byte(content), 0o644); err != nil {
-		return fmt.Errorf("writing /etc/resolv.conf: %w", err)
-	}
-	return os.Lchown("/etc/resolv.conf", base, base)
 }
