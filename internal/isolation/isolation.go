@@ -34,10 +34,6 @@ import (
 // the manager reaches it through Instance.Dial.
 const EnvdPort = 49983
 
-// EnvdGuestPath is where every backend puts envd (Spec.EnvdPath) inside
-// a sandbox.
-const EnvdGuestPath = "/usr/bin/envd"
-
 // ErrGone is returned (wrapped) when a sandbox no longer exists: it exited,
 // was killed, or could not be adopted.
 var ErrGone = errors.New("sandbox is gone")

@@ -19,6 +19,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
@@ -163,7 +164,7 @@ func runStepCommand(ctx context.Context, inst isolation.Instance, token string, 
 	}
 	// One stream, as a build log is read: stderr in order with stdout.
 	args = append(append(args, "-merge-output", "--"), s.Args...)
-	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: isolation.EnvdGuestPath, Args: args, Cwd: ptr("/")}})
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: guest.EnvdPath, Args: args, Cwd: ptr("/")}})
 	req.Header().Set("Authorization", "Basic cm9vdDo=") // root
 	req.Header().Set("X-Access-Token", token)
 	stream, err := processconnect.NewProcessClient(hc, "http://envd", connect.WithProtoJSON()).Start(ctx, req)

@@ -32,7 +32,7 @@ type initConfig struct {
 	RootDir  string   `json:"root_dir"` // where init mounts the overlay
 	EnvdPath string   `json:"envd_path"`
 	EnvdArgs []string `json:"envd_args"`
-	// EnvdToken is envd's access token, handed over on envdTokenFd.
+	// EnvdToken is envd's access token, handed over on guest.EnvdTokenFd.
 	EnvdToken string `json:"envd_token,omitempty"`
 	// Tools are further host binaries mounted read-only like envd.
 	Tools         []toolMount `json:"tools,omitempty"`

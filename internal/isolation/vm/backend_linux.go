@@ -18,6 +18,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/kernel"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/qmp"
@@ -146,7 +147,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if bins == nil {
 		bins = map[string]string{}
 	}
-	bins[isolation.EnvdGuestPath] = spec.EnvdPath
+	bins[guest.EnvdPath] = spec.EnvdPath
 	for g, h := range bins {
 		if !filepath.IsAbs(g) || !filepath.IsAbs(h) {
 			return nil, fmt.Errorf("starting sandbox %s: tool %q from %q: want absolute paths", spec.ID, g, h)

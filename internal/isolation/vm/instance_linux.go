@@ -238,4 +238,3 @@ func guestReason(console []byte) string {
 	}
 	return ""
 }
-

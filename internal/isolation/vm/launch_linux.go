@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/qmp"
@@ -72,7 +73,7 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	cmd.Stdout, cmd.Stderr = console, console
 	cmd.SysProcAttr = &unix.SysProcAttr{
 		Setsid:     true,
-		Credential: &unix.Credential{Uid: uid, Gid: uid, Groups: []uint32{}},
+		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}},
 	}
 	if cg.Mode() == cgroup.V2 {
 		fd, err := cg.OpenDir()
