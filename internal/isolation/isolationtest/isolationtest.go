@@ -6,6 +6,7 @@ package isolationtest
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -30,6 +31,16 @@ func Run(t testing.TB, inst isolation.Instance, user, token, name string, args .
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	res, err := RunContext(ctx, inst, user, token, name, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// RunContext is Run for a command that may not return: it reports what
+// went wrong instead of failing the test.
+func RunContext(ctx context.Context, inst isolation.Instance, user, token, name string, args ...string) (Result, error) {
 	client := processconnect.NewProcessClient(EnvdClient(inst), "http://envd", connect.WithProtoJSON())
 	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: name, Args: args}})
 	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
@@ -38,7 +49,7 @@ func Run(t testing.TB, inst isolation.Instance, user, token, name string, args .
 	}
 	stream, err := client.Start(ctx, req)
 	if err != nil {
-		t.Fatalf("starting %s: %v", name, err)
+		return Result{}, fmt.Errorf("starting %s: %w", name, err)
 	}
 	defer stream.Close()
 	var res Result
@@ -53,11 +64,11 @@ func Run(t testing.TB, inst isolation.Instance, user, token, name string, args .
 			res.Exit = int(e.GetExitCode())
 		}
 	}
-	if err := stream.Err(); err != nil {
-		t.Fatalf("running %s: %v", name, err)
-	}
 	res.Stdout, res.Stderr = out.String(), errb.String()
-	return res
+	if err := stream.Err(); err != nil {
+		return res, fmt.Errorf("running %s: %w", name, err)
+	}
+	return res, nil
 }
 
 // Sh runs a shell command as root (with token, if set) and fails the

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/kernel"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
@@ -69,6 +70,9 @@ func (c *Config) setDefaults() {
 			c.Init = filepath.Join(filepath.Dir(exe), "vminit")
 		}
 	}
+	if c.KernelDir == "" {
+		c.KernelDir = kernel.DefaultDir
+	}
 	if c.QEMU == "" {
 		c.QEMU = "qemu-system-x86_64"
 	}
@@ -100,7 +104,7 @@ func (c *Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q is not an absolute path", name, dir))
 		}
 	}
-	if c.KernelDir != "" && !filepath.IsAbs(c.KernelDir) {
+	if !filepath.IsAbs(c.KernelDir) {
 		errs = append(errs, fmt.Errorf("kernel dir %q is not an absolute path", c.KernelDir))
 	}
 	if c.Network == nil {

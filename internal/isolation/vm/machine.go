@@ -50,11 +50,14 @@ func fdsetPath(set int) string { return "/dev/fdset/" + strconv.Itoa(set) }
 // only (-kernel, -initrd).
 func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// guestCmdline is the guest kernel's command line. Under TCG microvm
-// hangs at TSC calibration without tsc=unstable and a preset lpj
-// (docs: host findings); panic=-1 with -no-reboot makes a guest panic
-// (or vminit's reboot) end QEMU.
-const guestCmdline = "console=ttyS0 quiet panic=-1 tsc=unstable lpj=5000000 " +
+// guestCmdline is the guest kernel's command line. Under TCG, with
+// several guests booting at once on a loaded host, the kernel's timer
+// calibration hangs unless the TSC frequency and lpj are given and the TSC
+// is trusted (measured: four parallel boots on two cores hang 4/4 with
+// tsc=unstable, boot 4/4 with these); under KVM they are harmless.
+// panic=-1 with -no-reboot makes a guest panic (or vminit's reboot) end
+// QEMU.
+const guestCmdline = "console=ttyS0 quiet panic=-1 tsc=reliable tsc_early_khz=2000000 lpj=5000000 " +
 	"8250.nr_uarts=1 random.trust_cpu=on rdinit=/init"
 
 // args is QEMU's command line for m.
