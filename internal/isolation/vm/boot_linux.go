@@ -32,8 +32,7 @@ type bootCache struct {
 	init   string
 	mkfs   string // mkfs.ext4
 
-	mu    sync.Mutex        // serialises the making of files
-	known map[string]string // input key → made file
+	mu sync.Mutex // serialises the making of files
 }
 
 // fileKey identifies a version of a host file without reading it.
@@ -54,7 +53,7 @@ func hashKey(parts ...string) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// make returns the cached file name+key, making it with write (into a
+// make returns the cached file name, making it with write (into a
 // temporary file, then renamed) if it is not there.
 func (c *bootCache) make(name string, write func(path string) error) (string, error) {
 	c.mu.Lock()
