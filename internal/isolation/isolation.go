@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -37,8 +38,22 @@ const EnvdPort = 49983
 // was killed, or could not be adopted.
 var ErrGone = errors.New("sandbox is gone")
 
+// ErrPaused is returned (wrapped) by Dial while the sandbox is paused: a
+// frozen process would accept the connection (the kernel completes the
+// TCP handshake) and then never answer.
+var ErrPaused = errors.New("sandbox is paused")
+
 // ErrPortClosed is returned (wrapped) by Dial when nothing listens on the port.
 var ErrPortClosed = errors.New("port is not open")
+
+// ValidID reports whether id can name a sandbox on the host: backends
+// derive file, cgroup, namespace and interface names from it.
+func ValidID(id string) error {
+	if id == "" || len(id) > 128 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
+		return fmt.Errorf("invalid sandbox id %q", id)
+	}
+	return nil
+}
 
 // Backend starts sandboxes and finds them again after a server restart.
 type Backend interface {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 )
 
@@ -43,3 +44,9 @@ func (ns *Namespace) Dial(ctx context.Context, network, addr string) (net.Conn, 
 
 // Delete is not supported on this platform.
 func (ns *Namespace) Delete() error { return errors.ErrUnsupported }
+
+// OpenTap is not supported on this platform.
+func (ns *Namespace) OpenTap(name string) (*os.File, error) { return nil, errors.ErrUnsupported }
+
+// ForwardTo is not supported on this platform.
+func (ns *Namespace) ForwardTo(dev string, link Link) error { return errors.ErrUnsupported }

@@ -216,9 +216,8 @@ func ipNet(a netip.Addr) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(30, 32)}
 }
 
-// writeSysctl writes val to /proc/sys/net/<path> of the calling thread's
+// WriteSysctl sets /proc/sys/net/<path> to val, in the calling thread's
 // network namespace.
-// WriteSysctl sets /proc/sys/net/<path> to val.
 func WriteSysctl(path, val string) error {
 	p := filepath.Join("/proc/sys/net", path)
 	if err := os.WriteFile(p, []byte(val), 0o644); err != nil {

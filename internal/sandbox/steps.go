@@ -19,6 +19,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
@@ -163,7 +164,7 @@ func runStepCommand(ctx context.Context, inst isolation.Instance, token string, 
 	}
 	// One stream, as a build log is read: stderr in order with stdout.
 	args = append(append(args, "-merge-output", "--"), s.Args...)
-	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: envdGuestPath, Args: args, Cwd: ptr("/")}})
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: guest.EnvdPath, Args: args, Cwd: ptr("/")}})
 	req.Header().Set("Authorization", "Basic cm9vdDo=") // root
 	req.Header().Set("X-Access-Token", token)
 	stream, err := processconnect.NewProcessClient(hc, "http://envd", connect.WithProtoJSON()).Start(ctx, req)
@@ -200,13 +201,9 @@ func runStepCommand(ctx context.Context, inst isolation.Instance, token string, 
 	return 0, errors.New("running the command: envd sent no end event")
 }
 
-// envdGuestPath is where every backend puts envd in a sandbox, and
-// execAsCommand its subcommand that runs a command with given credentials
-// (envd.ExecAsCommand; the host links no guest-agent package).
-const (
-	envdGuestPath = "/usr/bin/envd"
-	execAsCommand = "exec-as"
-)
+// execAsCommand is envd's subcommand that runs a command with given
+// credentials (envd.ExecAsCommand; the host links no guest-agent package).
+const execAsCommand = "exec-as"
 
 func ptr[T any](v T) *T { return &v }
 

@@ -4,18 +4,18 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
 // The choices of Config.Backend (serve --backend).
 const (
-	BackendAuto = "auto" // vm where /dev/kvm is usable and vm is built, else jail
+	BackendAuto = "auto" // vm where /dev/kvm is usable, else jail
 	BackendJail = "jail"
 	BackendVM   = "vm"
 )
@@ -25,10 +25,13 @@ const (
 type backendMaker func(cfg Config, log *slog.Logger, host *network.Host) (isolation.Backend, error)
 
 // backendMakers are the isolation backends this server is built with, by
-// name: a new backend is one entry here. The vm backend is not built yet.
+// name: a new backend is one entry here.
 var backendMakers = map[string]backendMaker{
 	BackendJail: func(cfg Config, log *slog.Logger, host *network.Host) (isolation.Backend, error) {
 		return jail.New(backendConfig(cfg, log, host))
+	},
+	BackendVM: func(cfg Config, log *slog.Logger, host *network.Host) (isolation.Backend, error) {
+		return vm.New(vmConfig(cfg, log, host))
 	},
 }
 
@@ -36,7 +39,7 @@ var backendMakers = map[string]backendMaker{
 // name; kvm says whether /dev/kvm is usable here.
 func chooseBackend(choice string, kvm bool) (string, error) {
 	if choice == BackendAuto {
-		if _, built := backendMakers[BackendVM]; built && kvm {
+		if kvm {
 			return BackendVM, nil
 		}
 		return BackendJail, nil
@@ -44,21 +47,7 @@ func chooseBackend(choice string, kvm bool) (string, error) {
 	if _, built := backendMakers[choice]; built {
 		return choice, nil
 	}
-	if choice == BackendVM {
-		return "", fmt.Errorf("--backend vm: the microVM backend is not built yet; use --backend jail or auto")
-	}
 	return "", fmt.Errorf("--backend %q: want auto, jail or vm", choice)
-}
-
-// kvmUsable reports whether this process can open /dev/kvm, which a vm
-// backend needs for hardware virtualisation.
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
 }
 
 // newBackends builds the backend cfg.Backend chooses, which starts new
@@ -67,7 +56,7 @@ func kvmUsable() bool {
 // cannot be set up on this host is only a warning: its sandboxes are
 // then recorded lost.
 func newBackends(cfg Config, log *slog.Logger, host *network.Host) (isolation.Backend, []isolation.Backend, error) {
-	name, err := chooseBackend(cfg.Backend, kvmUsable())
+	name, err := chooseBackend(cfg.Backend, vm.KVMUsable())
 	if err != nil {
 		return nil, nil, err
 	}
@@ -101,6 +90,19 @@ func backendConfig(cfg Config, log *slog.Logger, host *network.Host) jail.Config
 		Log:        log,
 		Network:    host,
 		Userns:     jail.UsernsMode(cfg.Userns),
+		NoNewPrivs: cfg.NoNewPrivs,
+	}
+}
+
+// vmConfig is the vm backend's configuration for cfg.
+func vmConfig(cfg Config, log *slog.Logger, host *network.Host) vm.Config {
+	return vm.Config{
+		StateDir:   filepath.Join(cfg.DataDir, "vms"),
+		CacheDir:   filepath.Join(cfg.DataDir, "vm-boot"),
+		Log:        log,
+		Network:    host,
+		KernelDir:  cfg.VMKernel,
+		Init:       cfg.VMInit,
 		NoNewPrivs: cfg.NoNewPrivs,
 	}
 }

@@ -33,6 +33,12 @@ type Config struct {
 	// default), BackendJail or BackendVM. Sandboxes keep the backend that
 	// started them, which is recorded with each.
 	Backend string
+	// VMKernel is the unpacked guest kernel of vm sandboxes; "" =
+	// kernel.DefaultDir, where scripts/install-deps.sh puts it.
+	VMKernel string
+	// VMInit is the guest init of vm sandboxes; "" = "vminit" next to
+	// envd.
+	VMInit string
 	// EnvdPath is the envd binary mounted into sandboxes; "" = "envd" next
 	// to the running executable.
 	EnvdPath string
@@ -296,6 +302,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := os.Stat(c.CodeInterpPath); err != nil {
 		return fmt.Errorf("code interpreter binary: %w (build it with `make build`)", err)
+	}
+	if c.VMInit == "" {
+		c.VMInit = filepath.Join(filepath.Dir(c.EnvdPath), "vminit")
+	}
+	if c.VMKernel != "" && !filepath.IsAbs(c.VMKernel) {
+		return fmt.Errorf("--vm-kernel %q must be an absolute path", c.VMKernel)
 	}
 	builtIn := template.BuiltIn()
 	for _, name := range c.Templates {

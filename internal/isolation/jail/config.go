@@ -32,11 +32,6 @@ const minPids = 256
 // sandboxes, and is not set.
 func userTasks(pids int) int { return pids - min(64, pids/4) }
 
-// ErrPaused is returned (wrapped) by Dial while the sandbox is paused: a
-// frozen envd would accept the connection (the kernel completes the TCP
-// handshake) and then never answer.
-var ErrPaused = errors.New("sandbox is paused")
-
 // Config configures the backend.
 type Config struct {
 	// StateDir holds one directory per sandbox (disk image, log, mount

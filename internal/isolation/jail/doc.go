@@ -36,9 +36,9 @@
 // /sys, and envd read-only at /usr/bin/envd. envd and the tools are bound
 // from the backend's binaries tmpfs (BinariesDir), which holds one copy of
 // each, named by its content. It sets the hostname, makes itself
-// non-dumpable, drops the capability bounding set to keptCaps, optionally
-// sets no_new_privs, installs the seccomp filter (seccompRules), starts
-// envd, reports on fd 4, and reaps orphans until envd exits; then it exits
+// non-dumpable, confines itself (package guest, shared with the vm
+// backend's init: the capability bounding set, optionally no_new_privs,
+// the seccomp deny list), starts envd as guest.Envd says, reports on fd 4, and reaps orphans until envd exits; then it exits
 // and the kernel kills everything left in the pid namespace. Its mount
 // namespace dies with it, which unmounts the overlay and the image and
 // frees the loop device.

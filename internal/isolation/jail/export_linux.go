@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 )
 
@@ -56,7 +57,7 @@ type exportConfig struct {
 
 // exportExcludes lists what init places in a sandbox of cfg.
 func exportExcludes(cfg initConfig) []string {
-	ex := []string{strings.TrimPrefix(envdGuestPath, "/")}
+	ex := []string{strings.TrimPrefix(guest.EnvdPath, "/")}
 	for _, t := range cfg.Tools {
 		ex = append(ex, strings.TrimPrefix(t.Guest, "/"))
 	}

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -203,26 +202,6 @@ func detachLoop(dev string) error {
 		return fmt.Errorf("detaching %s: %w", dev, err)
 	}
 	return nil
-}
-
-// procStartTime returns field 22 of /proc/<pid>/stat: the process's start
-// time in clock ticks after boot, which tells a pid apart from its reuse.
-func procStartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// comm (field 2) may contain spaces and parentheses: split after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("parsing /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(string(b[i+1:]))
-	// fields[0] is field 3 (state), so field 22 is fields[19].
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("parsing /proc/%d/stat: %d fields", pid, len(fields))
-	}
-	return strconv.ParseUint(fields[19], 10, 64)
 }
 
 // removeDir removes a sandbox directory. Nothing is ever mounted in it in

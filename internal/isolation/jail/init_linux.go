@@ -9,8 +9,8 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
-	"syscall"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,10 +19,6 @@ const (
 	initConfigFd = 3
 	initStatusFd = 4
 )
-
-// envdLogLimit caps how much of envd's output init copies to the host log,
-// since envd's output is partly sandbox-controlled.
-const envdLogLimit = 8 << 20
 
 // ExitIfInit runs the sandbox init and exits when the process's arguments
 // ask for it (IsInit), and returns otherwise. Test binaries, which the jail
@@ -113,7 +109,7 @@ func InitMain(args []string) error {
 		return err
 	}
 	go func() {
-		_, _ = io.Copy(os.Stderr, io.LimitReader(res.logr, envdLogLimit))
+		_, _ = io.Copy(os.Stderr, io.LimitReader(res.logr, guest.EnvdLogLimit))
 		_, _ = io.Copy(io.Discard, res.logr)
 	}()
 	// The OOM killer should pick what uses memory, not PID 1 (which would
@@ -138,9 +134,6 @@ type setupResult struct {
 	fallback string   // why not, when one was asked for and the host refused
 	diskDev  uint64   // the loop device of the sandbox's disk
 }
-
-// envdEnv is envd's environment.
-var envdEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root"}
 
 // setupSandbox does everything between the clone and envd running. args
 // are init's own, for the envd stage.
@@ -189,7 +182,7 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 		return res, fmt.Errorf("setting hostname: %w", err)
 	}
 	if cfg.Nameserver != "" {
-		if err := writeResolvConf(cfg.Nameserver, base); err != nil {
+		if err := guest.WriteResolvConf(cfg.Nameserver, base); err != nil {
 			return res, err
 		}
 	}
@@ -198,7 +191,7 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return res, fmt.Errorf("making init non-dumpable: %w", err)
 	}
-	if err := confine(cfg); err != nil {
+	if err := guest.Confine(cfg.NoNewPrivs); err != nil {
 		return res, err
 	}
 	res.logr = logr
@@ -215,25 +208,8 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 		return res, err
 	}
 	defer devNull.Close()
-	files := []uintptr{devNull.Fd(), logw.Fd(), logw.Fd()}
-	if cfg.EnvdToken != "" {
-		tok, err := tokenPipe(cfg.EnvdToken)
-		if err != nil {
-			return res, err
-		}
-		defer unix.Close(tok)
-		files = append(files, uintptr(tok)) // envdTokenFd
-	}
-	res.envdPid, err = syscall.ForkExec(envdGuestPath, envdArgv(cfg), &syscall.ProcAttr{
-		Dir:   "/",
-		Env:   envdEnv,
-		Files: files,
-		Sys:   &syscall.SysProcAttr{Setsid: true},
-	})
-	if err != nil {
-		return res, fmt.Errorf("starting envd: %w", err)
-	}
-	return res, nil
+	res.envdPid, err = envdOf(cfg).Start(devNull, logw)
+	return res, err
 }
 
 // prepareUserns starts the envd stage in a user namespace and mounts the
@@ -268,18 +244,9 @@ func prepareUserns(cfg *initConfig, args []string, logw *os.File) (*envdStage, s
 	return nil, "", err
 }
 
-// confine restricts the calling thread and whatever it executes: the
-// bounding set, no_new_privs if cfg asks, and the seccomp filter.
-func confine(cfg *initConfig) error {
-	if err := dropCapabilities(); err != nil {
-		return err
-	}
-	if cfg.NoNewPrivs {
-		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return fmt.Errorf("setting no_new_privs: %w", err)
-		}
-	}
-	return loadSeccomp()
+// envdOf is how init starts the sandbox's envd.
+func envdOf(cfg *initConfig) guest.Envd {
+	return guest.Envd{Args: cfg.EnvdArgs, Token: cfg.EnvdToken}
 }
 
 // reap waits for every child (orphans are re-parented to init) until envd
@@ -316,21 +283,4 @@ func reapUntil(pid int) (unix.WaitStatus, error) {
 			return ws, nil
 		}
 	}
-}
-
-// writeResolvConf points the sandbox's resolver at the host's DNS filter on
-// its gateway. It replaces whatever the template has there (a symlink into
-// /run, say; resolved inside the new root, so it cannot point at the host).
-// The file is only a convenience: the host redirects every DNS packet from
-// the sandbox to the filter, whatever address it was sent to. It belongs to
-// the sandbox's root (host id base), who may rewrite it.
-func writeResolvConf(nameserver string, base int) error {
-	if err := os.Remove("/etc/resolv.conf"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("replacing /etc/resolv.conf: %w", err)
-	}
-	content := "nameserver " + nameserver + "\noptions edns0 trust-ad\n"
-	if err := os.WriteFile("/etc/resolv.conf", []byte(content), 0o644); err != nil {
-		return fmt.Errorf("writing /etc/resolv.conf: %w", err)
-	}
-	return os.Lchown("/etc/resolv.conf", base, base)
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -67,7 +66,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	paused := inst.paused
 	inst.mu.Unlock()
 	if paused {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, ErrPaused)
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrPaused)
 	}
 	select {
 	case <-inst.done:
@@ -214,31 +213,6 @@ func (inst *Instance) waitChild() {
 		reason = "init exited: " + err.Error()
 	}
 	inst.finish(reason)
-}
-
-// waitPidfd waits for an adopted init (not our child) to exit.
-func (inst *Instance) waitPidfd(pf *os.File) {
-	defer pf.Close()
-	rc, err := pf.SyscallConn()
-	if err == nil {
-		err = rc.Read(func(fd uintptr) bool {
-			p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			n, _ := unix.Poll(p, 0)
-			return n > 0
-		})
-	}
-	if err != nil {
-		// Not pollable: fall back to watching /proc.
-		for procStartTimeIs(inst.state.InitPid, inst.state.InitStart) {
-			time.Sleep(500 * time.Millisecond)
-		}
-	}
-	inst.finish("init exited")
-}
-
-func procStartTimeIs(pid int, start uint64) bool {
-	s, err := procStartTime(pid)
-	return err == nil && s == start
 }
 
 // finish records why the sandbox ended and closes done.

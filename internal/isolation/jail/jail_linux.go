@@ -20,6 +20,8 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"github.com/agent-sandbox/agent-sandbox/internal/proc"
+	"github.com/agent-sandbox/agent-sandbox/internal/undo"
 	"golang.org/x/sys/unix"
 )
 
@@ -101,25 +103,10 @@ const (
 	upperDir  = "upper" // the overlay's upper directory, on the disk image
 )
 
-// cleanupStack runs undo steps in reverse unless released.
-type cleanupStack []func(context.Context) error
-
-func (s *cleanupStack) push(f func(context.Context) error) { *s = append(*s, f) }
-
-func (s cleanupStack) run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var errs []error
-	for _, f := range slices.Backward(s) {
-		errs = append(errs, f(ctx))
-	}
-	return errors.Join(errs...)
-}
-
 // Start implements isolation.Backend.
 func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.Instance, err error) {
 	t0 := time.Now()
-	if err := validID(spec.ID); err != nil {
+	if err := isolation.ValidID(spec.ID); err != nil {
 		return nil, fmt.Errorf("starting sandbox: %w", err)
 	}
 	res := spec.Resources
@@ -164,10 +151,10 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	log := b.cfg.Log.With("sandbox_id", spec.ID)
 
-	var undo cleanupStack
+	var rollback undo.Stack
 	defer func() {
 		if err != nil {
-			if uerr := undo.run(); uerr != nil {
+			if uerr := rollback.Run(); uerr != nil {
 				err = errors.Join(err, fmt.Errorf("rolling back: %w", uerr))
 			}
 			err = fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
@@ -178,14 +165,14 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return nil, err // ErrExist if the ID is in use
 	}
-	undo.push(func(context.Context) error { return removeDir(dir) })
+	rollback.Push(func(context.Context) error { return removeDir(dir) })
 	for _, d := range []string{diskDir, rootDir, lowerDir} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
 			return nil, err
 		}
 	}
 	image := filepath.Join(dir, diskFile)
-	undo.push(func(ctx context.Context) error { return releaseLoops(ctx, image) })
+	rollback.Push(func(ctx context.Context) error { return releaseLoops(ctx, image) })
 	tDisk := time.Now()
 	if err := b.disks.make(ctx, image, res.DiskSizeMB); err != nil {
 		return nil, err
@@ -196,11 +183,11 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if err != nil {
 		return nil, err
 	}
-	undo.push(func(ctx context.Context) error { return b.net.Release(ctx, spec.ID) })
+	rollback.Push(func(ctx context.Context) error { return b.net.Release(ctx, spec.ID) })
 	dNet := time.Since(tDisk) - dDisk
 
 	cpuSet := b.cpus.take(res.CPUCount)
-	undo.push(func(context.Context) error { b.cpus.release(cpuSet); return nil })
+	rollback.Push(func(context.Context) error { b.cpus.release(cpuSet); return nil })
 	cg, err := cgroup.Create(b.cgroupName(spec.ID), cgroup.Limits{
 		CPUs:        float64(res.CPUCount),
 		MemoryBytes: int64(res.MemoryMB) << 20,
@@ -210,7 +197,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if err != nil {
 		return nil, err
 	}
-	undo.push(func(ctx context.Context) error {
+	rollback.Push(func(ctx context.Context) error {
 		return errors.Join(ignoreNotExist(cg.Kill(ctx)), cg.Delete(ctx))
 	})
 
@@ -270,7 +257,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		if err != nil {
 			return nil, err
 		}
-		undo.push(func(context.Context) error { return b.ids.Release(spec.ID) })
+		rollback.Push(func(context.Context) error { return b.ids.Release(spec.ID) })
 		icfg.Userns = &usernsConfig{Base: base, Required: b.cfg.Userns == UsernsOn, UserTasks: userTasks(res.Pids)}
 		icfg.LowerDir = filepath.Join(dir, lowerDir)
 		for i := range icfg.Layers {
@@ -306,7 +293,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		inst.export = &exportConfig{Dest: filepath.Clean(spec.Export), Exclude: exportExcludes(icfg)}
 	}
 	go inst.waitChild()
-	undo.push(func(ctx context.Context) error {
+	rollback.Push(func(ctx context.Context) error {
 		_ = cmd.Process.Kill()
 		select {
 		case <-inst.done:
@@ -337,7 +324,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		return nil, err
 	}
 	tInit := time.Now()
-	start, err := procStartTime(cmd.Process.Pid)
+	start, err := proc.StartTime(cmd.Process.Pid)
 	if err != nil {
 		return nil, fmt.Errorf("reading init's start time: %w", err)
 	}
@@ -414,7 +401,7 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return nil, fmt.Errorf("adopting sandbox %s: parsing state: %w", id, err)
 	}
-	if err := validID(id); err != nil {
+	if err := isolation.ValidID(id); err != nil {
 		return nil, fmt.Errorf("adopting sandbox: %w", err)
 	}
 	gone := func(why string, args ...any) error {
@@ -423,21 +410,16 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 	if st.InitPid <= 0 || st.Cgroup != b.cgroupName(id) || st.Netns != id || st.Dir != b.dir(id) {
 		return nil, gone("state does not describe this sandbox")
 	}
-	// The pidfd pins the process; check its identity after opening it.
-	pidfd, err := unix.PidfdOpen(st.InitPid, unix.PIDFD_NONBLOCK)
+	init, err := proc.Open(st.InitPid, st.InitStart)
 	if err != nil {
-		return nil, gone("init pid %d: %v", st.InitPid, err)
+		return nil, gone("init: %v", err)
 	}
-	pf := os.NewFile(uintptr(pidfd), "pidfd")
 	ok := false
 	defer func() {
 		if !ok {
-			pf.Close()
+			init.Close()
 		}
 	}()
-	if start, err := procStartTime(st.InitPid); err != nil || start != st.InitStart {
-		return nil, gone("init pid %d is not the recorded process", st.InitPid)
-	}
 	cg, err := cgroup.Load(st.Cgroup)
 	if err != nil {
 		return nil, gone("%v", err)
@@ -468,14 +450,18 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 		inst.lastCPU = s.CPUTime
 	}
 	ok = true
-	go inst.waitPidfd(pf)
+	go func() {
+		init.Wait()
+		init.Close()
+		inst.finish("init exited")
+	}()
 	return inst, nil
 }
 
 // Cleanup implements isolation.Backend. Names derive from id, so it works
 // with a state that is empty or from a half-finished Start.
 func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) error {
-	if err := validID(id); err != nil {
+	if err := isolation.ValidID(id); err != nil {
 		return fmt.Errorf("cleaning up sandbox: %w", err)
 	}
 	ctx = context.WithoutCancel(ctx)
@@ -499,23 +485,9 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 }
 
 // Leftovers returns the IDs of sandboxes that have a directory in StateDir
-// but are not in known, for the manager to Cleanup. The directory marks a
-// sandbox as this server's: Start creates it before anything else and
-// Cleanup removes it last. Network namespaces and cgroups alone are not
-// enough, because several servers (with different data directories) may
-// share a host, and one must never clean up another's sandboxes.
+// but are not in known, for the manager to Cleanup (isolation.DirLeftovers).
 func (b *Backend) Leftovers(known map[string]bool) ([]string, error) {
-	entries, err := os.ReadDir(b.cfg.StateDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("listing sandbox directories: %w", err)
-	}
-	var ids []string
-	for _, e := range entries {
-		if id := e.Name(); e.IsDir() && !known[id] && validID(id) == nil {
-			ids = append(ids, id)
-		}
-	}
-	return ids, nil
+	return isolation.DirLeftovers(b.cfg.StateDir, known)
 }
 
 func ignoreNotExist(err error) error {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 )
 
 func TestSandbox(t *testing.T) {
@@ -104,7 +105,7 @@ func TestSandbox(t *testing.T) {
 	})
 	t.Run("capabilities", func(t *testing.T) {
 		out := sh(t, inst, "grep -E '^(CapBnd|CapEff|CapInh|CapAmb|NoNewPrivs)' /proc/self/status")
-		want := "CapBnd:\t" + strings.Repeat("0", 16-len(strconv.FormatUint(keptCapsMask(), 16))) + strconv.FormatUint(keptCapsMask(), 16)
+		want := "CapBnd:\t" + strings.Repeat("0", 16-len(strconv.FormatUint(guest.KeptCapsMask(), 16))) + strconv.FormatUint(guest.KeptCapsMask(), 16)
 		if !strings.Contains(out, want) || !strings.Contains(out, "NoNewPrivs:\t0") || !strings.Contains(out, "CapInh:\t0000000000000000") {
 			t.Errorf("status:\n%s\nwant %q, NoNewPrivs 0", out, want)
 		}
@@ -171,7 +172,7 @@ func TestSandbox(t *testing.T) {
 			t.Errorf("counter moved while paused: %q → %q", c1, c2)
 		}
 		t0 := time.Now()
-		if _, err := inst.Dial(ctx, isolation.EnvdPort); !errors.Is(err, ErrPaused) || time.Since(t0) > 100*time.Millisecond {
+		if _, err := inst.Dial(ctx, isolation.EnvdPort); !errors.Is(err, isolation.ErrPaused) || time.Since(t0) > 100*time.Millisecond {
 			t.Errorf("Dial while paused: %v after %v", err, time.Since(t0))
 		}
 		if err := inst.Resume(ctx); err != nil {

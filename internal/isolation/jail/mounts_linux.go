@@ -8,11 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"golang.org/x/sys/unix"
 )
-
-// envdGuestPath is where envd appears inside every sandbox.
-const envdGuestPath = "/usr/bin/envd"
 
 // Paths in the sandbox's /proc and /sys that are hidden (files: /dev/null
 // bound over them; directories: an empty read-only tmpfs) or made read-only,
@@ -26,15 +24,6 @@ var (
 	}
 	readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys"}
 )
-
-// devices are the nodes of the sandbox's /dev.
-var devices = []struct {
-	name         string
-	major, minor uint32
-}{
-	{"null", 1, 3}, {"zero", 1, 5}, {"full", 1, 7}, {"random", 1, 8},
-	{"urandom", 1, 9}, {"tty", 5, 0},
-}
 
 // buildRoot mounts the sandbox's root filesystem, with lowers (top first)
 // as the overlay's lower layers, and pivots into it. Runs in init, in the
@@ -99,7 +88,7 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 	// What must come from the host is taken before the host is out of
 	// sight: envd and the tools as detached bind mounts, attached after the
 	// pivot.
-	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: envdGuestPath}}, cfg.Tools...)
+	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: guest.EnvdPath}}, cfg.Tools...)
 	trees := make([]int, 0, len(binaries))
 	defer func() {
 		for _, fd := range trees {
@@ -131,7 +120,7 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 
 	old := unix.Umask(0)
 	defer unix.Umask(old)
-	if err := mountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
+	if err := guest.MountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
 		return err
 	}
 	if base != 0 {
@@ -139,10 +128,10 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 			return err
 		}
 	}
-	if err := buildDev(base, shmBytes(cfg.MemoryMB)); err != nil {
+	if err := guest.BuildDev(base, shmBytes(cfg.MemoryMB)); err != nil {
 		return err
 	}
-	if err := mountAt("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
+	if err := guest.MountAt("sysfs", "/sys", "sysfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
 		return err
 	}
 	if err := mountCgroups(cfg, base); err != nil {
@@ -152,7 +141,7 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 		return err
 	}
 	for i, b := range binaries {
-		if err := attachBinary(trees[i], b.Guest, base); err != nil {
+		if err := guest.AttachBinary(trees[i], b.Guest, base); err != nil {
 			return err
 		}
 	}
@@ -203,7 +192,7 @@ func mountCgroups(cfg *initConfig, base int) error {
 	}
 	for _, ctls := range hierarchies {
 		name := strings.Join(ctls, ",")
-		if err := mountAt("cgroup", filepath.Join(dir, name), "cgroup", roFlags, name, base); err != nil {
+		if err := guest.MountAt("cgroup", filepath.Join(dir, name), "cgroup", roFlags, name, base); err != nil {
 			return err
 		}
 		for _, c := range ctls {
@@ -253,26 +242,6 @@ func v1Hierarchies(data []byte, ctls []string) [][]string {
 // ownedBy is the tmpfs and devpts option giving a new file system's root
 // to the sandbox's root (host id base).
 func ownedBy(base int) string { return fmt.Sprintf("uid=%d,gid=%d", base, base) }
-
-// attachBinary attaches the detached mount tree read-only at guest, over an
-// empty file made in the overlay (directories it makes belong to base).
-func attachBinary(tree int, guest string, base int) error {
-	if err := mkdirOwned(filepath.Dir(guest), base, base); err != nil {
-		return err
-	}
-	if f, err := os.OpenFile(guest, os.O_CREATE|os.O_RDONLY, 0o755); err != nil {
-		return fmt.Errorf("creating mount point %s: %w", guest, err)
-	} else {
-		f.Close()
-	}
-	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, guest, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("mounting %s: %w", guest, err)
-	}
-	if err := unix.Mount("", guest, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
-		return fmt.Errorf("making %s read-only: %w", guest, err)
-	}
-	return nil
-}
 
 // mountDisk attaches the image to a free loop device that detaches itself
 // once unmounted, and mounts it at dir with flags. It returns the
@@ -347,8 +316,7 @@ func openLoop(n int, scratch string) (*os.File, error) {
 // the sandbox's memory cgroup, so filling it would end in the OOM killer
 // instead of ENOSPC.
 const (
-	devSize    = "64k" // /dev: nodes and symlinks only
-	maskedSize = "4k"  // the empty read-only directories over masked paths
+	maskedSize = "4k" // the empty read-only directories over masked paths
 )
 
 // shmBytes is the size of /dev/shm in a sandbox with memoryMB of memory:
@@ -357,48 +325,6 @@ const (
 // Chromium, the largest user, wants a large /dev/shm.
 func shmBytes(memoryMB int) int64 {
 	return int64(memoryMB) << 20 / 2
-}
-
-// buildDev mounts /dev, with a /dev/shm of shmSize bytes. Init makes the
-// nodes (as host root, which a user namespace could not) and gives
-// everything to base, so that root owns /dev in the sandbox.
-func buildDev(base int, shmSize int64) error {
-	if err := mountAt("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size="+devSize+","+ownedBy(base), base); err != nil {
-		return err
-	}
-	for _, d := range devices {
-		p := "/dev/" + d.name
-		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(d.major, d.minor))); err != nil {
-			return fmt.Errorf("making %s: %w", p, err)
-		}
-		if err := os.Lchown(p, base, base); err != nil {
-			return err
-		}
-	}
-	for _, l := range [][2]string{
-		{"pts/ptmx", "/dev/ptmx"}, {"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
-		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
-	} {
-		if err := os.Symlink(l[0], l[1]); err != nil {
-			return err
-		}
-		if err := os.Lchown(l[1], base, base); err != nil {
-			return err
-		}
-	}
-	// gid: the tty group (5) of the sandbox, as a host id.
-	ptsOpts := fmt.Sprintf("newinstance,ptmxmode=0666,mode=0620,gid=%d", base+5)
-	if err := mountAt("devpts", "/dev/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, ptsOpts, base); err != nil {
-		return err
-	}
-	if err := mountAt("shm", "/dev/shm", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("mode=1777,size=%d,%s", shmSize, ownedBy(base)), base); err != nil {
-		return err
-	}
-	// Read-only: root in the sandbox has CAP_MKNOD but must not add nodes.
-	if err := unix.Mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_STRICTATIME, ""); err != nil {
-		return fmt.Errorf("making /dev read-only: %w", err)
-	}
-	return nil
 }
 
 func maskPaths(base int) error {
@@ -428,36 +354,6 @@ func maskPaths(base int) error {
 		}
 	}
 	return nil
-}
-
-// mountAt makes the directory target (inside the new root, owned by base)
-// and mounts there.
-func mountAt(source, target, fstype string, flags uintptr, data string, base int) error {
-	if err := mkdirOwned(target, base, base); err != nil {
-		return err
-	}
-	if err := unix.Mount(source, target, fstype, flags, data); err != nil {
-		return fmt.Errorf("mounting %s at %s: %w", fstype, target, err)
-	}
-	return nil
-}
-
-// mkdirOwned makes dir and its missing parents, each owned by uid:gid. An
-// existing dir is left alone.
-func mkdirOwned(dir string, uid, gid int) error {
-	if fi, err := os.Stat(dir); err == nil {
-		if !fi.IsDir() {
-			return errors.New("not a directory")
-		}
-		return nil
-	}
-	if err := mkdirOwned(filepath.Dir(dir), uid, gid); err != nil {
-		return err
-	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	return os.Lchown(dir, uid, gid)
 }
 
 func bindReadonly(source, target string, flags uintptr) error {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"golang.org/x/sys/unix"
 )
@@ -259,22 +260,10 @@ func execEnvd(cfg *initConfig) error {
 			return fmt.Errorf("limiting tasks per user: %w", err)
 		}
 	}
-	if err := confine(cfg); err != nil {
+	if err := guest.Confine(cfg.NoNewPrivs); err != nil {
 		return err
 	}
-	if cfg.EnvdToken != "" {
-		tok, err := tokenPipe(cfg.EnvdToken)
-		if err != nil {
-			return err
-		}
-		if err := passTokenFd(tok); err != nil {
-			return fmt.Errorf("handing envd its token: %w", err)
-		}
-	}
-	if err := unix.Exec(envdGuestPath, envdArgv(cfg), envdEnv); err != nil {
-		return fmt.Errorf("executing envd: %w", err)
-	}
-	return nil
+	return envdOf(cfg).Exec()
 }
 
 // dropToHostID makes init, once it needs no privilege (it only reaps from

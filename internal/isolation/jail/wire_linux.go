@@ -1,9 +1,7 @@
 package jail
 
 import (
-	"fmt"
 	"net/netip"
-	"strings"
 )
 
 // state is what Instance.State records (as JSON) for Adopt and Cleanup.
@@ -34,7 +32,7 @@ type initConfig struct {
 	RootDir  string   `json:"root_dir"` // where init mounts the overlay
 	EnvdPath string   `json:"envd_path"`
 	EnvdArgs []string `json:"envd_args"`
-	// EnvdToken is envd's access token, handed over on envdTokenFd.
+	// EnvdToken is envd's access token, handed over on guest.EnvdTokenFd.
 	EnvdToken string `json:"envd_token,omitempty"`
 	// Tools are further host binaries mounted read-only like envd.
 	Tools         []toolMount `json:"tools,omitempty"`
@@ -84,13 +82,6 @@ type initStatus struct {
 	// disk, on which the host sets its I/O limits.
 	DiskDev  uint64 `json:"disk_dev,omitempty"`
 	Finished bool   `json:"finished"`
-}
-
-func validID(id string) error {
-	if id == "" || len(id) > 128 || strings.Trim(id, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != "" {
-		return fmt.Errorf("invalid sandbox id %q", id)
-	}
-	return nil
 }
 
 // toolMount is a host binary and where it appears in the sandbox.

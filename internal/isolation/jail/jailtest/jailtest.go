@@ -100,7 +100,7 @@ func CgroupParentDirs(parent string) []string {
 		return []string{filepath.Join(cgroup.Root, parent)}
 	}
 	var dirs []string
-	for _, c := range []string{"freezer", "pids", "memory", "cpu", "cpuacct", "cpuset"} {
+	for _, c := range []string{"freezer", "pids", "memory", "cpu", "cpuacct", "cpuset", "blkio"} {
 		dirs = append(dirs, filepath.Join(cgroup.Root, c, parent))
 	}
 	return dirs

@@ -1,4 +1,4 @@
-package jail
+package guest
 
 import (
 	"fmt"
@@ -21,8 +21,9 @@ var keptCaps = []uintptr{
 	unix.CAP_MKNOD, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP,
 }
 
-// keptCapsMask is keptCaps as a bit mask, as in /proc/<pid>/status CapBnd.
-func keptCapsMask() uint64 {
+// KeptCapsMask is the capability bounding set inside a sandbox as a bit
+// mask, as /proc/<pid>/status shows it (CapBnd).
+func KeptCapsMask() uint64 {
 	var m uint64
 	for _, c := range keptCaps {
 		m |= 1 << c
@@ -40,7 +41,7 @@ func dropCapabilities() error {
 	if err != nil {
 		return err
 	}
-	keep := keptCapsMask()
+	keep := KeptCapsMask()
 	for c := uintptr(0); c <= last; c++ {
 		if keep&(1<<c) != 0 {
 			continue

@@ -1,6 +1,6 @@
 //go:build linux && !amd64 && !arm64
 
-package jail
+package guest
 
 import "golang.org/x/net/bpf"
 

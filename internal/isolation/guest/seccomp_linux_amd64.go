@@ -1,4 +1,4 @@
-package jail
+package guest
 
 import (
 	"golang.org/x/net/bpf"

@@ -1,0 +1,393 @@
+package vm
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/kernel"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/qmp"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/vminit"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"github.com/agent-sandbox/agent-sandbox/internal/proc"
+	"github.com/agent-sandbox/agent-sandbox/internal/undo"
+)
+
+// Backend is the microVM isolation backend.
+type Backend struct {
+	cfg  Config
+	ids  *idmap.Allocator // the QEMU processes' uids
+	net  *network.Host
+	boot *bootCache
+}
+
+var _ isolation.Backend = (*Backend)(nil)
+
+// New returns a vm backend for cfg, after defaults and validation. It
+// checks that QEMU, qemu-img, the guest kernel and init are there, so
+// that a host without them fails here, saying what to install, rather
+// than at the first sandbox.
+func New(cfg Config) (*Backend, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
+	k, err := kernel.Open(cfg.KernelDir)
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
+	if _, err := os.Stat(cfg.Init); err != nil {
+		return nil, fmt.Errorf("vm: guest init: %w (make build puts bin/vminit beside bin/agent-sandbox)", err)
+	}
+	var tools [3]string
+	for i, name := range []string{cfg.QEMU, cfg.QEMUImg, "mkfs.ext4"} {
+		if tools[i], err = exec.LookPath(name); err != nil {
+			return nil, fmt.Errorf("vm: %w (run scripts/install-deps.sh --vm)", err)
+		}
+	}
+	cfg.QEMU, cfg.QEMUImg = tools[0], tools[1]
+	for _, d := range []string{cfg.StateDir, cfg.CacheDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("vm: %w", err)
+		}
+	}
+	ids, err := idmap.NewAllocator(cfg.UsernsDir, cfg.UsernsBase)
+	if err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
+	b := &Backend{
+		cfg: cfg, ids: ids, net: cfg.Network,
+		boot: &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
+	}
+	return b, nil
+}
+
+// Name implements isolation.Backend.
+func (b *Backend) Name() string { return "vm" }
+
+// Capabilities implements isolation.Backend: a VM pauses (QMP stop) and
+// boots from the template's ext4 image; build steps run in jails.
+func (b *Backend) Capabilities() isolation.Capabilities {
+	return isolation.Capabilities{Pause: true, RootImage: true}
+}
+
+func (b *Backend) dir(id string) string        { return filepath.Join(b.cfg.StateDir, id) }
+func (b *Backend) cgroupName(id string) string { return b.cfg.CgroupParent + "/" + id }
+
+// Files in a sandbox directory.
+const (
+	overlayFile = "disk.qcow2"
+	initrdFile  = "initrd"
+	qmpSocket   = "qmp.sock"
+)
+
+// tapName is the VM's tap in the sandbox's network namespace.
+const tapName = "tap0"
+
+// state is what Adopt and Cleanup need.
+type state struct {
+	Pid      int        `json:"pid"`
+	Start    uint64     `json:"start"` // proc.StartTime of Pid
+	UID      uint32     `json:"uid"`
+	Gateway  netip.Addr `json:"gateway"`
+	Address  netip.Addr `json:"address"`
+	CPUCount int        `json:"cpu_count"`
+	MemoryMB int        `json:"memory_mb"`
+	DiskMB   int        `json:"disk_mb"`
+}
+
+// memoryOverheadMB is what the QEMU process may use beyond the guest's
+// memory, in its cgroup: its own heap and, under TCG, the translation
+// cache (machine.tbMB).
+func memoryOverheadMB(accel string) int {
+	if accel == AccelKVM {
+		return 64
+	}
+	return 64 + tcgCacheMB
+}
+
+const tcgCacheMB = 64
+
+// qemuPids caps the QEMU process's threads: one per vCPU, the I/O
+// thread pool (aio=threads, up to 64), RCU and the main loop.
+const qemuPids = 128
+
+// Start implements isolation.Backend.
+func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.Instance, err error) {
+	t0 := time.Now()
+	if err := isolation.ValidID(spec.ID); err != nil {
+		return nil, fmt.Errorf("starting sandbox: %w", err)
+	}
+	res := spec.Resources
+	if err := res.Check(); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
+	switch {
+	case spec.RootImage == "":
+		return nil, fmt.Errorf("starting sandbox %s: the vm backend boots from the template's ext4 image, and the spec has none", spec.ID)
+	case spec.Export != "" || len(spec.Layers) > 0:
+		return nil, fmt.Errorf("starting sandbox %s: the vm backend runs no template build steps (layers, export)", spec.ID)
+	}
+	bins := maps.Clone(spec.Tools)
+	if bins == nil {
+		bins = map[string]string{}
+	}
+	bins[guest.EnvdPath] = spec.EnvdPath
+	for g, h := range bins {
+		if !filepath.IsAbs(g) || !filepath.IsAbs(h) {
+			return nil, fmt.Errorf("starting sandbox %s: tool %q from %q: want absolute paths", spec.ID, g, h)
+		}
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	log := b.cfg.Log.With("sandbox_id", spec.ID)
+
+	var rollback undo.Stack
+	defer func() {
+		if err != nil {
+			if uerr := rollback.Run(); uerr != nil {
+				err = errors.Join(err, fmt.Errorf("rolling back: %w", uerr))
+			}
+			err = fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+		}
+	}()
+
+	dir := b.dir(spec.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err // ErrExist if the ID is in use
+	}
+	rollback.Push(func(context.Context) error { return removeDir(dir) })
+	uid, err := b.ids.Allocate(spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	rollback.Push(func(context.Context) error { return b.ids.Release(spec.ID) })
+
+	shared, err := b.boot.initramfs()
+	if err != nil {
+		return nil, err
+	}
+	tools, err := b.boot.tools(ctx, bins)
+	if err != nil {
+		return nil, err
+	}
+	overlay := filepath.Join(dir, overlayFile)
+	if err := makeOverlay(ctx, b.cfg.QEMUImg, overlay, spec.RootImage, res.DiskSizeMB); err != nil {
+		return nil, err
+	}
+	tDisk := time.Now()
+
+	ns, link, err := b.net.Setup(ctx, spec.ID)
+	if err != nil {
+		return nil, err
+	}
+	rollback.Push(func(ctx context.Context) error { return b.net.Release(ctx, spec.ID) })
+	if !link.Address.IsValid() {
+		return nil, errors.New("the sandbox networking has no address pool: a VM is reached through its network link only")
+	}
+	tap, err := ns.OpenTap(tapName)
+	if err != nil {
+		return nil, err
+	}
+	defer tap.Close() // QEMU has its own
+	if err := ns.ForwardTo(tapName, link); err != nil {
+		return nil, err
+	}
+	tNet := time.Now()
+
+	cg, err := cgroup.Create(b.cgroupName(spec.ID), cgroup.Limits{
+		CPUs:        float64(res.CPUCount),
+		MemoryBytes: int64(res.MemoryMB+memoryOverheadMB(b.cfg.Accel)) << 20,
+		Pids:        qemuPids,
+	})
+	if err != nil {
+		return nil, err
+	}
+	rollback.Push(func(ctx context.Context) error {
+		return errors.Join(ignoreNotExist(cg.Kill(ctx)), cg.Delete(ctx))
+	})
+
+	pids := res.Pids
+	if pids <= 0 {
+		pids = defaultPids(res.MemoryMB)
+	}
+	guest := vminit.Config{
+		Hostname: hostname,
+		Network: &vminit.Network{
+			Address:   netip.PrefixFrom(link.Address, 30),
+			Gateway:   link.Gateway,
+			Forwarder: network.ForwarderAddr,
+		},
+		// On the guest's loopback, where the host's connections are
+		// redirected to, as in the jail.
+		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(isolation.EnvdPort)},
+		EnvdToken:  spec.EnvdAccessToken,
+		Binaries:   map[string]string{},
+		Pids:       pids,
+		NoNewPrivs: b.cfg.NoNewPrivs,
+	}
+	for g := range bins {
+		guest.Binaries[g] = g // the tools disk holds each at its guest path
+	}
+	initrd := filepath.Join(dir, initrdFile)
+	if err := sandboxInitrd(initrd, shared, guest, int(uid)); err != nil {
+		return nil, err
+	}
+
+	m := &machine{
+		id: spec.ID, accel: b.cfg.Accel, cpus: res.CPUCount, memoryMB: res.MemoryMB,
+		diskIO: res.DiskIO, mac: macAddress(spec.ID), tbMB: tcgCacheMB,
+	}
+	qmpPath := filepath.Join(dir, qmpSocket)
+	inst, err := b.launch(ctx, ns, m, launchFiles{
+		qmp: qmpPath, tap: tap, kernel: b.boot.kernel.Vmlinuz, initrd: initrd,
+		overlay: overlay, image: spec.RootImage, tools: tools,
+	}, uid, cg)
+	if err != nil {
+		return nil, err
+	}
+	rollback.Push(func(ctx context.Context) error { return inst.kill(ctx) })
+	inst.ns = ns
+	inst.state = state{
+		Pid: inst.pid, Start: inst.start, UID: uid, Gateway: link.Gateway, Address: link.Address,
+		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskMB: res.DiskSizeMB,
+	}
+	if err := inst.qmp.Cont(ctx); err != nil {
+		return nil, fmt.Errorf("starting the guest: %w", err)
+	}
+	log.Debug("sandbox started", "qemu_pid", inst.pid, "uid", uid, "accel", b.cfg.Accel,
+		"total", time.Since(t0), "disk", tDisk.Sub(t0), "netns", tNet.Sub(tDisk))
+	return inst, nil
+}
+
+// defaultPids caps the guest's tasks at two per MiB of its memory, at
+// least 512. A fork bomb in a VM stalls only its own kernel, so the cap
+// is looser than the jail's.
+func defaultPids(memoryMB int) int { return max(512, 2*memoryMB) }
+
+// macAddress is a locally administered unicast MAC derived from id.
+func macAddress(id string) string {
+	h := sha256.Sum256([]byte(id))
+	return net.HardwareAddr{0x02, h[0], h[1], h[2], h[3], h[4]}.String()
+}
+
+// Adopt implements isolation.Backend.
+func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (isolation.Instance, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("adopting sandbox %s: parsing state: %w", id, err)
+	}
+	if err := isolation.ValidID(id); err != nil {
+		return nil, fmt.Errorf("adopting sandbox: %w", err)
+	}
+	gone := func(why string, args ...any) error {
+		return fmt.Errorf("adopting sandbox %s: %w: %s", id, isolation.ErrGone, fmt.Sprintf(why, args...))
+	}
+	p, err := proc.Open(st.Pid, st.Start)
+	if err != nil {
+		return nil, gone("QEMU: %v", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			p.Close()
+		}
+	}()
+	cg, err := cgroup.Load(b.cgroupName(id))
+	if err != nil {
+		return nil, gone("%v", err)
+	}
+	ns, err := b.net.Adopt(id, network.Link{Gateway: st.Gateway, Address: st.Address})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, gone("%v", err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
+	}
+	if err := b.ids.Reserve(id, st.UID); err != nil {
+		return nil, fmt.Errorf("adopting sandbox %s: %w", id, err)
+	}
+	mon, err := qmp.Dial(ctx, filepath.Join(b.dir(id), qmpSocket))
+	if err != nil {
+		return nil, gone("QEMU's monitor: %v", err)
+	}
+	status, err := mon.Status(ctx)
+	if err != nil {
+		mon.Close()
+		return nil, gone("QEMU's monitor: %v", err)
+	}
+	inst := newInstance(b, id, cg, mon)
+	inst.ns, inst.state, inst.pid, inst.start = ns, st, st.Pid, st.Start
+	inst.paused = !status.Running
+	inst.signal = p.Signal
+	ok = true
+	go func() {
+		p.Wait()
+		p.Close()
+		inst.finish("QEMU exited")
+	}()
+	return inst, nil
+}
+
+// Cleanup implements isolation.Backend. Names derive from id, so it works
+// with a state that is empty or from a half-finished Start.
+func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) error {
+	if err := isolation.ValidID(id); err != nil {
+		return fmt.Errorf("cleaning up sandbox: %w", err)
+	}
+	ctx = context.WithoutCancel(ctx)
+	var errs []error
+	// Killing the cgroup ends QEMU, whose pid may be anyone's by now.
+	cg, err := cgroup.Load(b.cgroupName(id))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		errs = append(errs, err)
+	default:
+		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		errs = append(errs, ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx))
+		cancel()
+	}
+	errs = append(errs, b.net.Release(ctx, id), removeDir(b.dir(id)), b.ids.Release(id))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleaning up sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Leftovers returns the IDs of sandboxes that have a directory in StateDir
+// but are not in known, for the manager to Cleanup (isolation.DirLeftovers).
+func (b *Backend) Leftovers(known map[string]bool) ([]string, error) {
+	return isolation.DirLeftovers(b.cfg.StateDir, known)
+}
+
+func removeDir(dir string) error {
+	if err := os.RemoveAll(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing %s: %w", dir, err)
+	}
+	return nil
+}
+
+func ignoreNotExist(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}

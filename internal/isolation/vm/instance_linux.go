@@ -1,0 +1,240 @@
+package vm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/qmp"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"golang.org/x/sys/unix"
+)
+
+// Instance is one VM sandbox.
+type Instance struct {
+	b       *Backend
+	id      string
+	cg      *cgroup.Cgroup
+	ns      *network.Namespace
+	qmp     *qmp.Client
+	console *tail // nil when adopted: the console went with the server that started QEMU
+	// signal signals QEMU (through its pidfd when adopted).
+	signal func(unix.Signal) error
+	pid    int
+	start  uint64
+	state  state // set before the Instance is returned, then read-only
+
+	done     chan struct{} // closed when QEMU has exited
+	stopOnce sync.Once
+	stopErr  error
+
+	mu        sync.Mutex // guards the fields below
+	paused    bool
+	stopping  bool
+	exit      isolation.Exit
+	lastCPU   time.Duration
+	lastCPUAt time.Time
+}
+
+var _ isolation.Instance = (*Instance)(nil)
+
+func newInstance(b *Backend, id string, cg *cgroup.Cgroup, mon *qmp.Client) *Instance {
+	inst := &Instance{b: b, id: id, cg: cg, qmp: mon, done: make(chan struct{}), lastCPUAt: time.Now()}
+	if s, err := cg.Stats(); err == nil {
+		inst.lastCPU = s.CPUTime
+	}
+	return inst
+}
+
+// State implements isolation.Instance.
+func (inst *Instance) State() json.RawMessage {
+	b, _ := json.Marshal(inst.state)
+	return b
+}
+
+// Link implements isolation.Instance.
+func (inst *Instance) Link() network.Link {
+	return network.Link{HostIf: network.VethName(inst.id), Gateway: inst.state.Gateway, Address: inst.state.Address}
+}
+
+// Dial implements isolation.Instance: it connects to the guest's address
+// from inside the sandbox's network namespace (so from
+// network.ForwarderAddr), which the guest redirects to its loopback.
+func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
+	inst.mu.Lock()
+	paused := inst.paused
+	inst.mu.Unlock()
+	if paused {
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrPaused)
+	}
+	select {
+	case <-inst.done:
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrGone)
+	default:
+	}
+	c, err := inst.ns.Dial(ctx, "tcp", net.JoinHostPort(inst.state.Address.String(), strconv.Itoa(port)))
+	if errors.Is(err, unix.ECONNREFUSED) {
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w: %w", port, inst.id, isolation.ErrPortClosed, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, err)
+	}
+	return c, nil
+}
+
+// Pause implements isolation.Instance: the vCPUs stop (QMP stop); the
+// guest's memory stays in the QEMU process.
+func (inst *Instance) Pause(ctx context.Context) error {
+	inst.mu.Lock()
+	inst.paused = true // refuse new connections from now on
+	inst.mu.Unlock()
+	if err := inst.qmp.Stop(ctx); err != nil {
+		inst.mu.Lock()
+		inst.paused = false
+		inst.mu.Unlock()
+		return fmt.Errorf("pausing sandbox %s: %w", inst.id, err)
+	}
+	return nil
+}
+
+// Resume implements isolation.Instance.
+func (inst *Instance) Resume(ctx context.Context) error {
+	if err := inst.qmp.Cont(ctx); err != nil {
+		return fmt.Errorf("resuming sandbox %s: %w", inst.id, err)
+	}
+	inst.mu.Lock()
+	inst.paused = false
+	inst.mu.Unlock()
+	return nil
+}
+
+// Stats implements isolation.Instance. Memory is the QEMU process's on
+// the host (its cgroup): the guest's memory as far as the guest has
+// touched it, and QEMU's own; disk is what the sandbox's overlay holds.
+func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
+	s, err := inst.cg.Stats()
+	if err != nil {
+		return isolation.Stats{}, fmt.Errorf("sampling sandbox %s: %w", inst.id, err)
+	}
+	now := time.Now()
+	cpus := inst.state.CPUCount
+	out := isolation.Stats{
+		Time:      now,
+		CPUCount:  cpus,
+		MemUsed:   s.MemoryUsage,
+		MemTotal:  uint64(inst.state.MemoryMB) << 20,
+		MemCache:  s.MemoryCache,
+		OOMKills:  s.OOMKills,
+		DiskTotal: uint64(inst.state.DiskMB) << 20,
+	}
+	inst.mu.Lock()
+	if dt := now.Sub(inst.lastCPUAt); dt > 0 && s.CPUTime >= inst.lastCPU && cpus > 0 {
+		out.CPUUsedPct = 100 * float64(s.CPUTime-inst.lastCPU) / float64(dt) / float64(cpus)
+	}
+	inst.lastCPU, inst.lastCPUAt = s.CPUTime, now
+	inst.mu.Unlock()
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(inst.b.dir(inst.id), overlayFile), &st); err == nil {
+		out.DiskUsed = uint64(st.Blocks) * 512
+	}
+	return out, nil
+}
+
+// Done implements isolation.Instance.
+func (inst *Instance) Done() <-chan struct{} { return inst.done }
+
+// Exit implements isolation.Instance.
+func (inst *Instance) Exit() isolation.Exit {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	return inst.exit
+}
+
+// Stop implements isolation.Instance.
+func (inst *Instance) Stop(ctx context.Context) error {
+	inst.stopOnce.Do(func() {
+		inst.mu.Lock()
+		inst.stopping = true
+		inst.mu.Unlock()
+		inst.stopErr = inst.stop(context.WithoutCancel(ctx))
+	})
+	return inst.stopErr
+}
+
+func (inst *Instance) stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b := inst.b
+	errs := []error{inst.kill(ctx)}
+	errs = append(errs, inst.cg.Delete(ctx), b.net.Release(ctx, inst.id), removeDir(b.dir(inst.id)), b.ids.Release(inst.id))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("stopping sandbox %s: %w", inst.id, err)
+	}
+	return nil
+}
+
+// kill ends QEMU (the guest with it) and waits for it to be gone.
+func (inst *Instance) kill(ctx context.Context) error {
+	if inst.qmp != nil {
+		inst.qmp.Close()
+	}
+	var errs []error
+	if err := inst.signal(unix.SIGKILL); err != nil {
+		errs = append(errs, err)
+	}
+	if err := inst.cg.Kill(ctx); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	select {
+	case <-inst.done:
+	case <-ctx.Done():
+		errs = append(errs, fmt.Errorf("waiting for QEMU to exit: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+// finish records why the VM ended and closes done.
+func (inst *Instance) finish(reason string) {
+	if why := guestReason(inst.console.bytes()); why != "" {
+		reason = why
+	}
+	var oom bool
+	if s, err := inst.cg.Stats(); err == nil && s.OOMKills > 0 {
+		oom = true
+		reason = "the VM hit its host memory limit (QEMU killed): " + reason
+	}
+	inst.mu.Lock()
+	if inst.stopping {
+		reason = "stopped"
+	}
+	inst.exit = isolation.Exit{OOM: oom, Reason: reason}
+	inst.mu.Unlock()
+	close(inst.done)
+}
+
+var (
+	panicLine  = regexp.MustCompile(`Kernel panic - not syncing: ([^\r\n]*)`)
+	vminitLine = regexp.MustCompile(`(?m)^vminit: ([^\r\n]*)`)
+)
+
+// guestReason is why the guest ended, from its console: a kernel panic,
+// or the last word of vminit (which reboots when envd exits or setup
+// fails); "" when the console says neither.
+func guestReason(console []byte) string {
+	if m := panicLine.FindSubmatch(console); m != nil {
+		return "guest kernel panic: " + string(m[1])
+	}
+	if ms := vminitLine.FindAllSubmatch(console, -1); ms != nil {
+		return "guest init: " + string(ms[len(ms)-1][1])
+	}
+	return ""
+}

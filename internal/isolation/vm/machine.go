@@ -1,0 +1,127 @@
+package vm
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+)
+
+// machine is one VM as QEMU is asked to run it. Every file QEMU uses is
+// a descriptor it inherits (the fd constants below); it opens no host
+// path itself, so its uid needs access to none.
+type machine struct {
+	id       string
+	accel    string
+	cpus     int
+	memoryMB int
+	diskIO   isolation.DiskIO
+	mac      string
+	// tbMB caps TCG's translation cache (QEMU's default reserves 1 GiB,
+	// which a busy guest fills, all of it host memory).
+	tbMB int
+}
+
+// Descriptors QEMU inherits, as numbered in its process. QEMU opens a
+// disk read-only first and then read-write, so the overlay is in its fd
+// set twice (-add-fd picks the descriptor whose mode matches).
+const (
+	qmpFd       = 3 // the listening control socket
+	tapFd       = 4 // the tap's queue
+	kernelFd    = 5
+	initrdFd    = 6
+	overlayFd   = 7 // read-write
+	overlayROFd = 8
+	imageFd     = 9  // the template image, read-only: the overlay's backing file
+	toolsFd     = 10 // the tools disk, read-only
+)
+
+// QEMU fd sets (-add-fd), named in disk paths as /dev/fdset/<n>.
+const (
+	overlaySet = 1
+	imageSet   = 2
+	toolsSet   = 3
+)
+
+func fdsetPath(set int) string { return "/dev/fdset/" + strconv.Itoa(set) }
+
+// procFd is how QEMU opens an inherited descriptor that it takes by path
+// only (-kernel, -initrd).
+func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
+
+// guestCmdline is the guest kernel's command line. Under TCG, with
+// several guests booting at once on a loaded host, the kernel's timer
+// calibration hangs unless the TSC frequency and lpj are given and the TSC
+// is trusted (measured: four parallel boots on two cores hang 4/4 with
+// tsc=unstable, boot 4/4 with these); under KVM they are harmless.
+// panic=-1 with -no-reboot makes a guest panic (or vminit's reboot) end
+// QEMU.
+const guestCmdline = "console=ttyS0 quiet panic=-1 tsc=reliable tsc_early_khz=2000000 lpj=5000000 " +
+	"8250.nr_uarts=1 random.trust_cpu=on rdinit=/init"
+
+// args is QEMU's command line for m.
+func (m *machine) args() []string {
+	cpu := "max"
+	accel := "tcg,tb-size=" + strconv.Itoa(m.tbMB)
+	if m.accel == AccelKVM {
+		cpu, accel = "host", "kvm"
+	}
+	drive := func(id string, set int, format string, readonly bool, extra string) string {
+		s := fmt.Sprintf("if=none,id=%s,file=%s,format=%s,cache=unsafe,aio=threads", id, fdsetPath(set), format)
+		if readonly {
+			s += ",readonly=on"
+		}
+		return s + extra
+	}
+	return []string{
+		"-name", "agent-sandbox-" + m.id,
+		"-M", "microvm,pit=on,pic=on,rtc=on",
+		"-accel", accel,
+		"-cpu", cpu,
+		"-smp", strconv.Itoa(m.cpus),
+		"-m", strconv.Itoa(m.memoryMB),
+		"-nodefaults", "-no-user-config", "-nographic", "-no-reboot",
+		// QEMU's own seccomp filter: no exec, no privilege changes, no
+		// scheduler or resource-limit changes, no obsolete syscalls.
+		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		"-serial", "stdio",
+		"-kernel", procFd(kernelFd),
+		"-initrd", procFd(initrdFd),
+		"-append", guestCmdline,
+		"-chardev", "socket,id=qmp,fd=" + strconv.Itoa(qmpFd) + ",server=on,wait=off",
+		"-mon", "chardev=qmp,mode=control",
+		"-add-fd", fmt.Sprintf("fd=%d,set=%d", overlayFd, overlaySet),
+		"-add-fd", fmt.Sprintf("fd=%d,set=%d", overlayROFd, overlaySet),
+		"-add-fd", fmt.Sprintf("fd=%d,set=%d", imageFd, imageSet),
+		"-add-fd", fmt.Sprintf("fd=%d,set=%d", toolsFd, toolsSet),
+		// The overlay names its backing file as /dev/fdset/<imageSet>.
+		"-drive", drive("root", overlaySet, "qcow2", false, throttling(m.diskIO)),
+		"-device", "virtio-blk-device,drive=root",
+		"-drive", drive("tools", toolsSet, "raw", true, ""),
+		"-device", "virtio-blk-device,drive=tools",
+		"-netdev", "tap,id=net0,fd=" + strconv.Itoa(tapFd) + ",vhost=off",
+		"-device", "virtio-net-device,netdev=net0,mac=" + m.mac,
+		"-device", "virtio-rng-device",
+		// Started stopped: the server confines the process (cgroup) and
+		// connects to the monitor before the guest runs.
+		"-S",
+	}
+}
+
+// throttling is QEMU's drive throttling for q, as -drive options.
+func throttling(q isolation.DiskIO) string {
+	var b strings.Builder
+	for _, o := range []struct {
+		name string
+		v    uint64
+	}{
+		{"bps-read", q.ReadBytesPerSec}, {"bps-write", q.WriteBytesPerSec},
+		{"iops-read", q.ReadIOPS}, {"iops-write", q.WriteIOPS},
+	} {
+		if o.v > 0 {
+			fmt.Fprintf(&b, ",throttling.%s=%d", o.name, o.v)
+		}
+	}
+	return b.String()
+}

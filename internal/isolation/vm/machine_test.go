@@ -1,0 +1,50 @@
+package vm
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+)
+
+func TestMachineArgs(t *testing.T) {
+	m := &machine{id: "sbx1", accel: AccelTCG, cpus: 2, memoryMB: 512, mac: "02:00:00:00:00:01", tbMB: 64,
+		diskIO: isolation.DiskIO{ReadBytesPerSec: 1000, WriteIOPS: 7}}
+	args := m.args()
+	joined := strings.Join(args, " ")
+	for _, want := range []string{
+		"-name agent-sandbox-sbx1", "-accel tcg,tb-size=64", "-cpu max", "-smp 2", "-m 512", "-no-reboot", "-S",
+		"-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+		"throttling.bps-read=1000,throttling.iops-write=7",
+		"mac=02:00:00:00:00:01",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("QEMU's arguments lack %q:\n%s", want, joined)
+		}
+	}
+	// Every file is an inherited descriptor: no host path in the arguments.
+	for i, a := range args {
+		if strings.Contains(a, "/") && !strings.HasPrefix(a, "/proc/self/fd/") &&
+			!strings.Contains(a, "/dev/fdset/") && args[i-1] != "-append" {
+			t.Errorf("argument %q names a host path", a)
+		}
+	}
+	m.accel = AccelKVM
+	if args := m.args(); !slices.Contains(args, "kvm") || !slices.Contains(args, "host") {
+		t.Errorf("KVM machine: %v", args)
+	}
+}
+
+func TestGuestReason(t *testing.T) {
+	for _, tc := range []struct{ console, want string }{
+		{"[ 1.0] sysrq: Trigger a crash\r\n[ 1.1] Kernel panic - not syncing: sysrq triggered crash\r\n", "guest kernel panic: sysrq triggered crash"},
+		{"vminit: mounting the root: no such device\r\n", "guest init: mounting the root: no such device"},
+		{"vminit: envd started\nvminit: envd exited: exit status 2\n", "guest init: envd exited: exit status 2"},
+		{"just noise", ""},
+	} {
+		if got := guestReason([]byte(tc.console)); got != tc.want {
+			t.Errorf("guestReason(%q) = %q, want %q", tc.console, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,339 @@
+package vm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/isolationtest"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/kernel"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+)
+
+var scratch string
+
+var testCgroupParent = fmt.Sprintf("agent-sandbox-vmtest-%d", os.Getpid())
+
+func TestMain(m *testing.M) {
+	var err error
+	scratch, err = os.MkdirTemp("", "vmtest")
+	if err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	jailtest.Release(filepath.Join(scratch, "run"), testCgroupParent)
+	if err := os.RemoveAll(scratch); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// testPoolPrefix is away from the default pool and the jail tests'.
+var testPoolPrefix = netip.MustParsePrefix("10.202.255.0/24")
+
+// The built pieces every test shares, made once.
+var (
+	buildOnce sync.Once
+	built     struct {
+		envd, init, image string
+		err               error
+	}
+)
+
+func buildPieces() {
+	dir := filepath.Join(scratch, "pieces")
+	b := &built
+	if b.err = os.MkdirAll(dir, 0o755); b.err != nil {
+		return
+	}
+	if b.envd, b.err = jailtest.BuildEnvd(dir); b.err != nil {
+		return
+	}
+	b.init = filepath.Join(dir, "vminit")
+	cmd := exec.Command("go", "build", "-o", b.init, "github.com/agent-sandbox/agent-sandbox/cmd/vminit")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		b.err = fmt.Errorf("building vminit: %v: %s", err, out)
+		return
+	}
+	root := filepath.Join(dir, "rootfs")
+	if b.err = jailtest.BuildRootfs(root); b.err != nil {
+		return
+	}
+	b.image = filepath.Join(dir, "rootfs.ext4")
+	out, err := exec.Command("mkfs.ext4", "-q", "-F", "-m", "0", "-d", root, b.image, "96M").CombinedOutput()
+	if err != nil {
+		b.err = fmt.Errorf("mkfs.ext4: %v: %s", err, out)
+	}
+}
+
+// newTestBackend returns a vm backend with networking; what it leaves by
+// design (the firewall table, parent cgroups, mounts) goes when the test
+// ends.
+func newTestBackend(t *testing.T) *Backend {
+	t.Helper()
+	testenv.RequireRoot(t)
+	_, err := kernel.Open(kernel.DefaultDir)
+	testenv.Require(t, err == nil, fmt.Sprintf("the guest kernel: %v", err))
+	_, err = exec.LookPath("qemu-system-x86_64")
+	testenv.Require(t, err == nil, "QEMU (qemu-system-x86): run scripts/install-deps.sh --vm")
+	testenv.LockFirewall(t)
+	buildOnce.Do(buildPieces)
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	pool, err := network.NewPool(testPoolPrefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw, err := network.NewFirewall(network.FirewallConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A firewall table that was there belongs to a server's sandboxes.
+	if existed, _, err := network.FirewallChains(); err != nil {
+		t.Fatal(err)
+	} else if !existed {
+		t.Cleanup(func() {
+			if err := fw.Delete(context.Background()); err != nil {
+				t.Errorf("deleting firewall: %v", err)
+			}
+		})
+	}
+	host := jailtest.Network(t, filepath.Join(scratch, "run"), pool, fw)
+	return newBackendOn(t, host)
+}
+
+// newBackendOn returns another backend on the same host networking, as
+// a restarted server makes.
+func newBackendOn(t *testing.T, host *network.Host) *Backend {
+	t.Helper()
+	b, err := New(Config{
+		StateDir:     filepath.Join(scratch, "vms"),
+		CacheDir:     filepath.Join(scratch, "boot"),
+		Log:          slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Network:      host,
+		Init:         built.init,
+		CgroupParent: testCgroupParent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var idSeq int
+
+func testSpec() isolation.Spec {
+	idSeq++
+	return isolation.Spec{
+		ID:              fmt.Sprintf("v%d-%d", os.Getpid(), idSeq),
+		RootFS:          "/nonexistent", // the VM boots RootImage
+		RootImage:       built.image,
+		EnvdPath:        built.envd,
+		Hostname:        "sbx-vm",
+		EnvdAccessToken: fmt.Sprintf("token-%d", idSeq),
+		Resources:       isolation.Resources{CPUCount: 1, MemoryMB: 256, DiskSizeMB: 512},
+	}
+}
+
+// start starts spec, waits for envd as the manager does, and stops the
+// sandbox when the test ends.
+func start(t *testing.T, b *Backend, spec isolation.Spec) *Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	inst, err := b.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := inst.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	t1 := time.Now()
+	if err := isolation.WaitEnvd(ctx, inst); err != nil {
+		t.Fatalf("waiting for envd: %v; console:\n%s", err, inst.(*Instance).console.bytes())
+	}
+	t.Logf("Start took %v, envd ready %v later (boot to envd)", t1.Sub(t0), time.Since(t1))
+	return inst.(*Instance)
+}
+
+func sh(t *testing.T, inst *Instance, token, script string) string {
+	t.Helper()
+	return strings.TrimSpace(isolationtest.Sh(t, inst, token, script))
+}
+
+func TestBoot(t *testing.T) {
+	b := newTestBackend(t)
+	spec := testSpec()
+	inst := start(t, b, spec)
+	tok := spec.EnvdAccessToken
+
+	// Its own kernel, our init as PID 1, module loading closed.
+	if got, want := sh(t, inst, tok, "uname -r"), b.boot.kernel.Version; got != want {
+		t.Errorf("uname -r = %q, want the guest kernel %q", got, want)
+	}
+	if got := sh(t, inst, tok, "tr '\\0' ' ' < /proc/1/cmdline"); got != "/init" {
+		t.Errorf("/proc/1/cmdline = %q, want /init", got)
+	}
+	if got := sh(t, inst, tok, "cat /proc/sys/kernel/modules_disabled"); got != "1" {
+		t.Errorf("modules_disabled = %q, want 1", got)
+	}
+	if got := sh(t, inst, tok, "grep -c '^virtio_blk ' /proc/modules"); got != "1" {
+		t.Errorf("virtio_blk loaded %q times, want 1 (by init)", got)
+	}
+	// Its quotas: CPUs, memory, the root file system grown to the disk size.
+	if got := sh(t, inst, tok, "nproc"); got != "1" {
+		t.Errorf("nproc = %q, want 1", got)
+	}
+	var memKB, rootKB int
+	fmt.Sscan(sh(t, inst, tok, "set -- $(grep MemTotal /proc/meminfo); echo $2"), &memKB)
+	if memKB < 200<<10 || memKB > 256<<10 {
+		t.Errorf("MemTotal %d kB, want about 256 MiB", memKB)
+	}
+	fmt.Sscan(sh(t, inst, tok, "set -- $(df -k / | tail -1); echo $2"), &rootKB)
+	if rootKB < 400<<10 {
+		t.Errorf("root file system %d kB, want it grown to about the 512 MiB disk", rootKB)
+	}
+	if got := sh(t, inst, tok, "cat /proc/sys/kernel/hostname"); got != "sbx-vm" {
+		t.Errorf("hostname = %q", got)
+	}
+	// The envd token is required, and gone from where the guest could read it.
+	resp, err := isolationtest.EnvdClient(inst).Post("http://envd/process.Process/List", "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("envd without its access token: %s, want 401", resp.Status)
+	}
+	if got := sh(t, inst, tok, "ls /config.json 2>&1; grep -rl "+tok+" /proc/cmdline /proc/1/environ 2>/dev/null; true"); !strings.Contains(got, "No such file") || strings.Contains(got, "/proc") {
+		t.Errorf("the boot configuration is readable in the guest: %q", got)
+	}
+	// Disk writes land in the overlay, not in the template image.
+	before, _ := os.ReadFile(built.image)
+	sh(t, inst, tok, "dd if=/dev/zero of=/root/blob bs=1M count=8 oflag=direct 2>/dev/null")
+	after, _ := os.ReadFile(built.image)
+	if string(before) != string(after) {
+		t.Error("the template image changed")
+	}
+	st, err := inst.Stats(context.Background())
+	if err != nil || st.DiskUsed < 8<<20 || st.MemUsed == 0 {
+		t.Errorf("Stats = %+v, %v; want the overlay's 8 MiB and QEMU's memory", st, err)
+	}
+	t.Logf("host memory of the VM: %d MiB (cgroup)", st.MemUsed>>20)
+}
+
+func TestPauseResume(t *testing.T) {
+	b := newTestBackend(t)
+	spec := testSpec()
+	inst := start(t, b, spec)
+	ctx := context.Background()
+	if err := inst.Pause(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inst.Dial(ctx, isolation.EnvdPort); !errors.Is(err, isolation.ErrPaused) {
+		t.Errorf("Dial while paused = %v, want ErrPaused", err)
+	}
+	if s, err := inst.qmp.Status(ctx); err != nil || s.Running {
+		t.Errorf("QEMU status while paused = %+v, %v", s, err)
+	}
+	if err := inst.Resume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, inst, spec.EnvdAccessToken, "echo back"); got != "back" {
+		t.Errorf("after resume: %q", got)
+	}
+}
+
+func TestAdoptAndCleanup(t *testing.T) {
+	b := newTestBackend(t)
+	spec := testSpec()
+	inst := start(t, b, spec)
+	sh(t, inst, spec.EnvdAccessToken, "echo kept > /root/mark")
+
+	// A restarted server: another backend adopts the VM from its state.
+	// QEMU's monitor takes one client at a time; the first server's
+	// connection went with it.
+	inst.qmp.Close()
+	b2 := newBackendOn(t, b.net)
+	adopted, err := b2.Adopt(context.Background(), spec.ID, inst.State())
+	if err != nil {
+		t.Fatalf("Adopt: %v", err)
+	}
+	if got := sh(t, adopted.(*Instance), spec.EnvdAccessToken, "cat /root/mark"); got != "kept" {
+		t.Errorf("adopted VM: %q, want the file written before", got)
+	}
+	if _, err := b2.Adopt(context.Background(), spec.ID, []byte(`{"pid":1,"start":1}`)); !errors.Is(err, isolation.ErrGone) {
+		t.Errorf("Adopt with another process's pid = %v, want ErrGone", err)
+	}
+	// The server died without stopping it: Cleanup from the id alone.
+	if err := b2.Cleanup(context.Background(), spec.ID, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-adopted.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the adopted VM still runs after Cleanup")
+	}
+	assertGone(t, b2, spec.ID)
+}
+
+// TestGuestPanic crashes one guest's kernel as its root: that sandbox ends
+// with the panic as its reason; a neighbour keeps answering.
+func TestGuestPanic(t *testing.T) {
+	b := newTestBackend(t)
+	victim, neighbour := testSpec(), testSpec()
+	v := start(t, b, victim)
+	n := start(t, b, neighbour)
+	// The command never ends: its kernel goes with it.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, _ = isolationtest.RunContext(ctx, v, "root", victim.EnvdAccessToken, "/bin/sh", "-c", "echo c > /proc/sysrq-trigger")
+	select {
+	case <-v.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("the crashed guest's VM still runs")
+	}
+	if r := v.Exit().Reason; !strings.Contains(r, "guest kernel panic") {
+		t.Errorf("exit reason %q, want the guest kernel panic", r)
+	}
+	if got := sh(t, n, neighbour.EnvdAccessToken, "echo alive"); got != "alive" {
+		t.Errorf("neighbour: %q", got)
+	}
+}
+
+// assertGone checks that nothing of sandbox id is left on the host.
+func assertGone(t *testing.T, b *Backend, id string) {
+	t.Helper()
+	if _, err := os.Lstat(filepath.Join(network.Dir(b.net.RunDir()), id)); err == nil {
+		t.Errorf("netns file of %s left", id)
+	}
+	for _, d := range jailtest.CgroupParentDirs(b.cfg.CgroupParent) {
+		if _, err := os.Lstat(filepath.Join(d, id)); err == nil {
+			t.Errorf("cgroup %s/%s left", d, id)
+		}
+	}
+	if _, err := os.Lstat(b.dir(id)); err == nil {
+		t.Errorf("sandbox dir of %s left", id)
+	}
+	if ids, _ := b.Leftovers(nil); len(ids) > 0 && ids[0] == id {
+		t.Errorf("Leftovers still lists %s", id)
+	}
+}

@@ -1,0 +1,90 @@
+package vminit
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"path"
+	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
+)
+
+// Config is what the host tells the guest's init; the host appends it to the initramfs.
+type Config struct {
+	Hostname  string
+	Network   *Network          `json:",omitempty"` // nil: loopback only
+	EnvdArgs  []string          // after the binary path
+	EnvdToken string            `json:",omitempty"` // envd reads it from a pipe (guest pkg)
+	Binaries  map[string]string // guest path in the root → path on the tools disk
+	Pids      int               // cap on tasks of envd and everything under it (cgroup pids.max)
+	// NoNewPrivs sets no_new_privs for envd and everything under it.
+	NoNewPrivs bool
+}
+
+// Network is the guest's eth0.
+type Network struct {
+	Address   netip.Prefix // the guest's eth0 address and prefix
+	Gateway   netip.Addr   // default route and nameserver (/etc/resolv.conf)
+	Forwarder netip.Addr   // the host side's own address: TCP from it is DNAT'ed to 127.0.0.1
+}
+
+// ConfigPath is where the host puts the Config, as JSON, in the initramfs
+// (a second archive appended to the first); init reads and deletes it.
+const ConfigPath = "/config.json"
+
+// The guest's disks, in the order the host attaches them: the root file
+// system (ext4, read-write: a copy-on-write overlay of the template on the
+// host, grown to the sandbox's disk size at boot) and the tools (ext4,
+// read-only: envd and the other Binaries).
+const RootDisk, ToolsDisk = "/dev/vda", "/dev/vdb"
+
+// The initramfs layout init expects besides ConfigPath: the kernel modules
+// in ModulesDir and, in ModulesOrder, their file names one a line in the
+// order they load (dependencies first).
+const (
+	ModulesDir   = "/modules"
+	ModulesOrder = ModulesDir + "/order"
+)
+
+// Validate reports what the guest's init could not boot with.
+func (c *Config) Validate() error {
+	if _, ok := c.Binaries[guest.EnvdPath]; !ok {
+		return fmt.Errorf("no binary for envd at %s", guest.EnvdPath)
+	}
+	for g, src := range c.Binaries {
+		if !path.IsAbs(g) || path.Clean(g) != g || g == "/" {
+			return fmt.Errorf("binary guest path %q: not a clean absolute file path", g)
+		}
+		if rel := strings.TrimPrefix(src, "/"); rel == "" || !isLocal(rel) {
+			return fmt.Errorf("binary %q for %s: not a file on the tools disk", src, g)
+		}
+	}
+	if c.Pids < 0 {
+		return fmt.Errorf("pids cap %d is negative", c.Pids)
+	}
+	if n := c.Network; n != nil {
+		switch {
+		case !n.Address.IsValid() || !n.Address.Addr().Is4():
+			return fmt.Errorf("network: address %s is not an IPv4 prefix", n.Address)
+		case !n.Gateway.Is4():
+			return fmt.Errorf("network: gateway %s is not IPv4", n.Gateway)
+		case !n.Forwarder.Is4():
+			return fmt.Errorf("network: forwarder %s is not IPv4", n.Forwarder)
+		case n.Address.Addr() == n.Forwarder:
+			return errors.New("network: the forwarder is the guest's own address")
+		}
+	}
+	return nil
+}
+
+// isLocal reports whether the slash-separated path p stays within the
+// directory it is relative to.
+func isLocal(p string) bool {
+	for _, e := range strings.Split(p, "/") {
+		if e == ".." {
+			return false
+		}
+	}
+	return true
+}
