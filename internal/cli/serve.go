@@ -55,6 +55,7 @@ Environment:
 		fs.BoolVar(&cfg.TLS, "tls", false, "serve HTTPS with a certificate for DOMAIN and *.DOMAIN from a CA in DIR/tls")
 		fs.StringVar(&cfg.EnvdPath, "envd", "", "envd `BINARY` mounted into sandboxes; default: envd next to this executable")
 		fs.StringVar(&cfg.VMKernel, "vm-kernel", "", "`DIR` of the unpacked guest kernel of vm sandboxes; default /var/lib/agent-sandbox/kernels/current (scripts/install-deps.sh --vm)")
+		fs.BoolVar(&cfg.VMColdBoot, "vm-cold-boot", false, "boot every vm sandbox's kernel; by default a sandbox is restored from a memory snapshot of a VM of its shape (template, CPUs, memory, disk), made when the first of that shape boots")
 		fs.StringVar(&cfg.VMInit, "vm-init", "", "guest init `BINARY` of vm sandboxes; default: vminit next to envd")
 		fs.StringVar(&cfg.Mirror, "mirror", "", "Debian mirror `URL` templates are built from; default http://deb.debian.org/debian")
 		fs.StringVar(&cfg.EgressPolicy, "egress-policy", "", "JSON `FILE` with the egress ceiling for every sandbox (see docs/NETWORK.md); default: deny all but package registries")

@@ -104,5 +104,6 @@ func vmConfig(cfg Config, log *slog.Logger, host *network.Host) vm.Config {
 		KernelDir:  cfg.VMKernel,
 		Init:       cfg.VMInit,
 		NoNewPrivs: cfg.NoNewPrivs,
+		Snapshots:  !cfg.VMColdBoot,
 	}
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// VMInit is the guest init of vm sandboxes; "" = "vminit" next to
 	// envd.
 	VMInit string
+	// VMColdBoot: every vm sandbox boots its kernel, none is restored
+	// from a memory snapshot of its shape.
+	VMColdBoot bool
 	// EnvdPath is the envd binary mounted into sandboxes; "" = "envd" next
 	// to the running executable.
 	EnvdPath string

@@ -34,6 +34,8 @@ type Backend struct {
 	ids  *idmap.Allocator // the QEMU processes' uids
 	net  *network.Host
 	boot *bootCache
+	// snaps is nil with Config.Snapshots off.
+	snaps *snapshots
 }
 
 var _ isolation.Backend = (*Backend)(nil)
@@ -73,6 +75,9 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, ids: ids, net: cfg.Network,
 		boot: &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
+	}
+	if cfg.Snapshots {
+		b.snaps = newSnapshots(filepath.Join(cfg.CacheDir, "snapshots"), cfg.Log)
 	}
 	return b, nil
 }
@@ -127,45 +132,88 @@ const tcgCacheMB = 64
 // thread pool (aio=threads, up to 64), RCU and the main loop.
 const qemuPids = 128
 
-// Start implements isolation.Backend.
-func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.Instance, err error) {
-	t0 := time.Now()
-	if err := isolation.ValidID(spec.ID); err != nil {
-		return nil, fmt.Errorf("starting sandbox: %w", err)
-	}
-	res := spec.Resources
-	if err := res.Check(); err != nil {
+// plan is a checked Start: the spec and what every VM of it boots from.
+type plan struct {
+	spec     isolation.Spec
+	hostname string
+	bins     map[string]string // guest path → host path, envd among them
+	initrd   string            // the shared initramfs
+	tools    string            // the tools disk
+}
+
+// Start implements isolation.Backend. With snapshots on, a sandbox of a
+// shape that has a memory snapshot is restored from it; the first of a
+// shape boots cold and has its snapshot made beside it.
+func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (isolation.Instance, error) {
+	p, err := b.plan(ctx, spec)
+	if err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
+	var snap *snapshot
+	if b.snaps != nil {
+		key, err := b.snapshotKey(p)
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+		}
+		if snap = b.snaps.get(key); snap == nil {
+			b.snaps.makeLater(key, func(ctx context.Context, dir string) (*snapshot, error) {
+				return b.makeSnapshot(ctx, p, key, dir)
+			})
+		}
+	}
+	inst, err := b.start(ctx, p, snap)
+	if err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
+	return inst, nil
+}
+
+func (b *Backend) plan(ctx context.Context, spec isolation.Spec) (*plan, error) {
+	if err := isolation.ValidID(spec.ID); err != nil {
+		return nil, err
+	}
+	if err := spec.Resources.Check(); err != nil {
+		return nil, err
 	}
 	switch {
 	case spec.RootImage == "":
-		return nil, fmt.Errorf("starting sandbox %s: the vm backend boots from the template's ext4 image, and the spec has none", spec.ID)
+		return nil, errors.New("the vm backend boots from the template's ext4 image, and the spec has none")
 	case spec.Export != "" || len(spec.Layers) > 0:
-		return nil, fmt.Errorf("starting sandbox %s: the vm backend runs no template build steps (layers, export)", spec.ID)
+		return nil, errors.New("the vm backend runs no template build steps (layers, export)")
 	}
-	bins := maps.Clone(spec.Tools)
-	if bins == nil {
-		bins = map[string]string{}
+	p := &plan{spec: spec, hostname: spec.Hostname, bins: maps.Clone(spec.Tools)}
+	if p.hostname == "" {
+		p.hostname = spec.ID
 	}
-	bins[guest.EnvdPath] = spec.EnvdPath
-	for g, h := range bins {
+	if p.bins == nil {
+		p.bins = map[string]string{}
+	}
+	p.bins[guest.EnvdPath] = spec.EnvdPath
+	for g, h := range p.bins {
 		if !filepath.IsAbs(g) || !filepath.IsAbs(h) {
-			return nil, fmt.Errorf("starting sandbox %s: tool %q from %q: want absolute paths", spec.ID, g, h)
+			return nil, fmt.Errorf("tool %q from %q: want absolute paths", g, h)
 		}
 	}
-	hostname := spec.Hostname
-	if hostname == "" {
-		hostname = spec.ID
+	var err error
+	if p.initrd, err = b.boot.initramfs(); err != nil {
+		return nil, err
 	}
-	log := b.cfg.Log.With("sandbox_id", spec.ID)
+	if p.tools, err = b.boot.tools(ctx, p.bins); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
 
+// start boots p's VM cold or, with snap, restores it from snap.
+func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instance, err error) {
+	t0 := time.Now()
+	spec, res := p.spec, p.spec.Resources
 	var rollback undo.Stack
 	defer func() {
 		if err != nil {
 			if uerr := rollback.Run(); uerr != nil {
 				err = errors.Join(err, fmt.Errorf("rolling back: %w", uerr))
 			}
-			err = fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 		}
 	}()
 
@@ -180,16 +228,13 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	rollback.Push(func(context.Context) error { return b.ids.Release(spec.ID) })
 
-	shared, err := b.boot.initramfs()
-	if err != nil {
-		return nil, err
-	}
-	tools, err := b.boot.tools(ctx, bins)
-	if err != nil {
-		return nil, err
-	}
 	overlay := filepath.Join(dir, overlayFile)
-	if err := makeOverlay(ctx, b.cfg.QEMUImg, overlay, spec.RootImage, res.DiskSizeMB); err != nil {
+	if snap != nil {
+		err = copyFile(snap.disk(), overlay, 0o600)
+	} else {
+		err = makeOverlay(ctx, b.cfg.QEMUImg, overlay, spec.RootImage, res.DiskSizeMB)
+	}
+	if err != nil {
 		return nil, err
 	}
 	tDisk := time.Now()
@@ -224,42 +269,29 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		return errors.Join(ignoreNotExist(cg.Kill(ctx)), cg.Delete(ctx))
 	})
 
-	pids := res.Pids
-	if pids <= 0 {
-		pids = defaultPids(res.MemoryMB)
+	guestNet := &vminit.Network{
+		Address:   netip.PrefixFrom(link.Address, 30),
+		Gateway:   link.Gateway,
+		Forwarder: network.ForwarderAddr,
 	}
-	guest := vminit.Config{
-		Hostname: hostname,
-		Network: &vminit.Network{
-			Address:   netip.PrefixFrom(link.Address, 30),
-			Gateway:   link.Gateway,
-			Forwarder: network.ForwarderAddr,
-		},
-		// On the guest's loopback, where the host's connections are
-		// redirected to, as in the jail.
-		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(isolation.EnvdPort)},
-		EnvdToken:  spec.EnvdAccessToken,
-		Binaries:   map[string]string{},
-		Pids:       pids,
-		NoNewPrivs: b.cfg.NoNewPrivs,
-	}
-	for g := range bins {
-		guest.Binaries[g] = g // the tools disk holds each at its guest path
-	}
-	initrd := filepath.Join(dir, initrdFile)
-	if err := sandboxInitrd(initrd, shared, guest, int(uid)); err != nil {
-		return nil, err
-	}
-
 	m := &machine{
 		id: spec.ID, accel: b.cfg.Accel, cpus: res.CPUCount, memoryMB: res.MemoryMB,
 		diskIO: res.DiskIO, mac: macAddress(spec.ID), tbMB: tcgCacheMB,
 	}
-	qmpPath := filepath.Join(dir, qmpSocket)
-	inst, err := b.launch(ctx, ns, m, launchFiles{
-		qmp: qmpPath, tap: tap, kernel: b.boot.kernel.Vmlinuz, initrd: initrd,
-		overlay: overlay, image: spec.RootImage, tools: tools,
-	}, uid, cg)
+	lf := launchFiles{
+		qmp: filepath.Join(dir, qmpSocket), tap: tap, kernel: b.boot.kernel.Vmlinuz, initrd: p.initrd,
+		overlay: overlay, image: spec.RootImage, tools: p.tools,
+	}
+	if snap != nil {
+		// The devices must be the saved VM's, its NIC's address among them.
+		m.mac, m.incoming = snap.MAC, true
+	} else {
+		lf.initrd = filepath.Join(dir, initrdFile)
+		if err := sandboxInitrd(lf.initrd, p.initrd, b.guestConfig(p, guestNet), int(uid)); err != nil {
+			return nil, err
+		}
+	}
+	inst, err := b.launch(ctx, ns, m, lf, uid, cg)
 	if err != nil {
 		return nil, err
 	}
@@ -269,18 +301,48 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		Pid: inst.pid, Start: inst.start, UID: uid, Gateway: link.Gateway, Address: link.Address,
 		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskMB: res.DiskSizeMB,
 	}
-	if err := inst.qmp.Cont(ctx); err != nil {
+	if snap != nil {
+		err = inst.restore(ctx, snap, vminit.Identity{Hostname: p.hostname, Network: guestNet}, spec.EnvdAccessToken)
+	} else {
+		err = inst.qmp.Cont(ctx)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("starting the guest: %w", err)
 	}
-	log.Debug("sandbox started", "qemu_pid", inst.pid, "uid", uid, "accel", b.cfg.Accel,
+	b.cfg.Log.Debug("sandbox started", "sandbox_id", spec.ID, "qemu_pid", inst.pid, "uid", uid,
+		"accel", b.cfg.Accel, "snapshot", snap != nil,
 		"total", time.Since(t0), "disk", tDisk.Sub(t0), "netns", tNet.Sub(tDisk))
 	return inst, nil
 }
 
-// defaultPids caps the guest's tasks at two per MiB of its memory, at
-// least 512. A fork bomb in a VM stalls only its own kernel, so the cap
-// is looser than the jail's.
-func defaultPids(memoryMB int) int { return max(512, 2*memoryMB) }
+// guestConfig is what init in p's VM is told at a cold boot.
+func (b *Backend) guestConfig(p *plan, n *vminit.Network) vminit.Config {
+	cfg := vminit.Config{
+		Hostname: p.hostname,
+		Network:  n,
+		// On the guest's loopback, where the host's connections are
+		// redirected to, as in the jail.
+		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(isolation.EnvdPort)},
+		EnvdToken:  p.spec.EnvdAccessToken,
+		Binaries:   map[string]string{},
+		Pids:       guestPids(p.spec.Resources),
+		NoNewPrivs: b.cfg.NoNewPrivs,
+	}
+	for g := range p.bins {
+		cfg.Binaries[g] = g // the tools disk holds each at its guest path
+	}
+	return cfg
+}
+
+// guestPids is the cap on the guest's tasks: res.Pids, or by default two
+// per MiB of its memory, at least 512. A fork bomb in a VM stalls only
+// its own kernel, so the default is looser than the jail's.
+func guestPids(res isolation.Resources) int {
+	if res.Pids > 0 {
+		return res.Pids
+	}
+	return max(512, 2*res.MemoryMB)
+}
 
 // macAddress is a locally administered unicast MAC derived from id.
 func macAddress(id string) string {

@@ -126,7 +126,11 @@ func (c *bootCache) tools(ctx context.Context, bins map[string]string) (string, 
 		}
 		defer os.RemoveAll(stage)
 		for _, g := range guests {
-			if err := copyFile(bins[g], filepath.Join(stage, g)); err != nil {
+			dst := filepath.Join(stage, g)
+			if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+				return err
+			}
+			if err := copyFile(bins[g], dst, 0o755); err != nil {
 				return err
 			}
 		}
@@ -152,17 +156,14 @@ func (c *bootCache) tools(ctx context.Context, bins map[string]string) (string, 
 	return path, nil
 }
 
-// copyFile copies an executable to dst, making its parent directories.
-func copyFile(src, dst string) error {
+// copyFile copies src to a new file dst with mode perm.
+func copyFile(src, dst string, perm os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}

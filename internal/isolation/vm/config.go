@@ -21,8 +21,13 @@ type Config struct {
 	StateDir string
 	// CacheDir holds what sandboxes share, made once and reused: the
 	// initramfs of each kernel and init, the tools disk of each set of
-	// host binaries; e.g. <data-dir>/vm-boot.
+	// host binaries, the memory snapshots; e.g. <data-dir>/vm-boot.
 	CacheDir string
+	// Snapshots: a sandbox starts by restoring a memory snapshot of a VM
+	// of its shape (template image, CPUs, memory, disk size, tools) that
+	// was saved once envd was ready, instead of booting; the first of each
+	// shape boots cold and has the snapshot made beside it.
+	Snapshots bool
 	// Log receives the backend's logs; default slog.Default().
 	Log *slog.Logger
 	// Network is the host's sandbox networking; it must have an address

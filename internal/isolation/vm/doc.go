@@ -47,6 +47,23 @@
 // ("vminit: …") and reboots, which ends QEMU (-no-reboot); a guest panic
 // does the same (panic=-1). Exit quotes that line.
 //
+// # Boot from a memory snapshot
+//
+// With Config.Snapshots (the server's default), the first sandbox of a
+// shape — template image, CPUs, memory, disk size, tools, kernel, QEMU —
+// boots cold and, beside it, a VM of the same shape is booted, stopped
+// once envd answers and saved (QMP migrate to a file) with a copy of its
+// disk, into CacheDir/snapshots/<key>. Each later sandbox of that shape
+// gets a copy of that disk, a QEMU started with -incoming and the same
+// devices, the saved state loaded into it, and then, before anything of
+// the sandbox's runs, an identity of its own: vminit reads one JSON line
+// from its console (vminit.Identity: hostname, address and gateway, 64
+// random bytes it credits to the kernel's pool and reseeds from, the
+// time) and answers on it; the server then replaces the saved envd's
+// token with the sandbox's (POST /init). What clones still share: the
+// guest kernel's address layout (KASLR) and the memory layout of init
+// and envd, as with every snapshot-restoring VM service.
+//
 // # Pause, restart, cleanup
 //
 // Pause and Resume stop and continue the vCPUs (QMP stop/cont). QEMU
@@ -58,6 +75,9 @@
 //
 // # Not here yet
 //
-// Memory snapshots (boot from a saved template VM), Firecracker, a
-// mount namespace of QEMU's own with nothing but what it uses.
+// Running the guest under Firecracker (its machine description and
+// jailer arguments are in package firecracker, unit-tested only: no
+// binary and no /dev/kvm on the hosts this was built on), a mount
+// namespace of QEMU's own with nothing but what it uses, save and
+// restore of a running sandbox through the isolation contract.
 package vm

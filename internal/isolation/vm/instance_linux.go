@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"regexp"
@@ -27,6 +28,9 @@ type Instance struct {
 	ns      *network.Namespace
 	qmp     *qmp.Client
 	console *tail // nil when adopted: the console went with the server that started QEMU
+	// consoleIn is the console's input while a restored guest is given
+	// its identity; nil otherwise.
+	consoleIn io.WriteCloser
 	// signal signals QEMU (through its pidfd when adopted).
 	signal func(unix.Signal) error
 	pid    int

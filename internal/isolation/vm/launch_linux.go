@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -71,6 +72,13 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	// fds 3 on: qmpFd, tapFd, kernelFd, initrdFd, overlayFd, overlayROFd, imageFd, toolsFd
 	cmd.ExtraFiles = append([]*os.File{lfile, lf.tap}, opened[1:]...)
 	cmd.Stdout, cmd.Stderr = console, console
+	// A restored guest's init reads its identity from the console.
+	var consoleIn io.WriteCloser
+	if m.incoming {
+		if consoleIn, err = cmd.StdinPipe(); err != nil {
+			return nil, fmt.Errorf("making the console's input: %w", err)
+		}
+	}
 	cmd.SysProcAttr = &unix.SysProcAttr{
 		Setsid:     true,
 		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}},
@@ -90,7 +98,7 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 		return nil, fmt.Errorf("starting QEMU: %w", err)
 	}
 	inst := newInstance(b, m.id, cg, nil)
-	inst.pid, inst.console = cmd.Process.Pid, console
+	inst.pid, inst.console, inst.consoleIn = cmd.Process.Pid, console, consoleIn
 	inst.signal = func(sig unix.Signal) error { return ignoreDone(cmd.Process.Signal(sig)) }
 	go func() {
 		err := cmd.Wait()
@@ -133,14 +141,19 @@ const consoleTail = 16 << 10
 
 // tail keeps the last max bytes written to it.
 type tail struct {
-	max int
-	mu  sync.Mutex
-	buf []byte
+	max     int
+	mu      sync.Mutex
+	buf     []byte
+	written chan struct{} // closed and replaced at each Write
 }
 
 func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.written != nil {
+		close(t.written)
+		t.written = nil
+	}
 	t.buf = append(t.buf, p...)
 	if over := len(t.buf) - t.max; over > 0 {
 		t.buf = append(t.buf[:0], t.buf[over:]...)
@@ -155,6 +168,33 @@ func (t *tail) bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return bytes.Clone(t.buf)
+}
+
+// waitLine waits until a line of the console starts with one of
+// prefixes, and returns it (without the newline).
+func (t *tail) waitLine(ctx context.Context, prefixes ...string) (string, error) {
+	for {
+		t.mu.Lock()
+		lines := bytes.Split(t.buf, []byte("\n"))
+		for _, line := range lines[:len(lines)-1] { // the last is not ended yet
+			for _, p := range prefixes {
+				if bytes.HasPrefix(line, []byte(p)) {
+					t.mu.Unlock()
+					return string(bytes.TrimRight(line, "\r")), nil
+				}
+			}
+		}
+		if t.written == nil {
+			t.written = make(chan struct{})
+		}
+		written := t.written
+		t.mu.Unlock()
+		select {
+		case <-written:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 }
 
 // quote is the last KiB of the console, for an error message.

@@ -21,6 +21,9 @@ type machine struct {
 	// tbMB caps TCG's translation cache (QEMU's default reserves 1 GiB,
 	// which a busy guest fills, all of it host memory).
 	tbMB int
+	// incoming: the guest's state comes from a snapshot
+	// (qmp.MigrateIncoming), not from booting the kernel.
+	incoming bool
 }
 
 // Descriptors QEMU inherits, as numbered in its process. QEMU opens a
@@ -74,7 +77,7 @@ func (m *machine) args() []string {
 		}
 		return s + extra
 	}
-	return []string{
+	args := []string{
 		"-name", "agent-sandbox-" + m.id,
 		"-M", "microvm,pit=on,pic=on,rtc=on",
 		"-accel", accel,
@@ -107,6 +110,10 @@ func (m *machine) args() []string {
 		// connects to the monitor before the guest runs.
 		"-S",
 	}
+	if m.incoming {
+		args = append(args, "-incoming", "defer")
+	}
+	return args
 }
 
 // throttling is QEMU's drive throttling for q, as -drive options.

@@ -83,7 +83,7 @@ func buildPieces() {
 // newTestBackend returns a vm backend with networking; what it leaves by
 // design (the firewall table, parent cgroups, mounts) goes when the test
 // ends.
-func newTestBackend(t *testing.T) *Backend {
+func newTestBackend(t *testing.T, opts ...func(*Config)) *Backend {
 	t.Helper()
 	testenv.RequireRoot(t)
 	_, err := kernel.Open(kernel.DefaultDir)
@@ -114,21 +114,25 @@ func newTestBackend(t *testing.T) *Backend {
 		})
 	}
 	host := jailtest.Network(t, filepath.Join(scratch, "run"), pool, fw)
-	return newBackendOn(t, host)
+	return newBackendOn(t, host, opts...)
 }
 
 // newBackendOn returns another backend on the same host networking, as
 // a restarted server makes.
-func newBackendOn(t *testing.T, host *network.Host) *Backend {
+func newBackendOn(t *testing.T, host *network.Host, opts ...func(*Config)) *Backend {
 	t.Helper()
-	b, err := New(Config{
+	cfg := Config{
 		StateDir:     filepath.Join(scratch, "vms"),
 		CacheDir:     filepath.Join(scratch, "boot"),
 		Log:          slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Network:      host,
 		Init:         built.init,
 		CgroupParent: testCgroupParent,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,4 +340,84 @@ func assertGone(t *testing.T, b *Backend, id string) {
 	if ids, _ := b.Leftovers(nil); len(ids) > 0 && ids[0] == id {
 		t.Errorf("Leftovers still lists %s", id)
 	}
+}
+
+func TestSnapshotBoot(t *testing.T) {
+	b := newTestBackend(t, func(c *Config) { c.Snapshots = true })
+	t.Cleanup(b.snaps.wg.Wait) // a making under way ends before the backend's network does
+	first := testSpec()
+	start(t, b, first)
+	b.snaps.wg.Wait()
+	p, err := b.plan(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := b.snapshotKey(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := b.snaps.get(key)
+	if snap == nil {
+		t.Fatalf("no snapshot made after the first sandbox of its shape")
+	}
+	if _, err := os.Lstat(b.dir("snapshot-" + key)); err == nil {
+		t.Errorf("the VM the snapshot was saved from is left")
+	}
+
+	// Two sandboxes from it, each its own.
+	type clone struct {
+		spec isolation.Spec
+		inst *Instance
+	}
+	var clones []clone
+	for range 2 {
+		spec := testSpec()
+		spec.Hostname = spec.ID
+		t0 := time.Now()
+		inst := start(t, b, spec)
+		t.Logf("create from the snapshot to envd ready: %v", time.Since(t0))
+		clones = append(clones, clone{spec, inst})
+	}
+	seen := map[string]bool{}
+	for _, c := range clones {
+		tok := c.spec.EnvdAccessToken
+		if got := sh(t, c.inst, tok, "uname -n"); got != c.spec.ID {
+			t.Errorf("hostname %q, want %q", got, c.spec.ID)
+		}
+		if got := sh(t, c.inst, tok, "grep -c ' "+c.inst.state.Address.String()+"$' /proc/net/fib_trie"); got == "0" {
+			t.Errorf("the guest does not have its address %s", c.inst.state.Address)
+		}
+		if got, want := sh(t, c.inst, tok, "grep nameserver /etc/resolv.conf"), "nameserver "+c.inst.state.Gateway.String(); got != want {
+			t.Errorf("resolv.conf: %q, want %q", got, want)
+		}
+		var guestNow int64
+		fmt.Sscan(sh(t, c.inst, tok, "touch /tmp/now && stat -c %Y /tmp/now"), &guestNow)
+		if d := time.Since(time.Unix(guestNow, 0)); d.Abs() > 5*time.Second {
+			t.Errorf("the guest's clock is %v off", d)
+		}
+		u := sh(t, c.inst, tok, "cat /proc/sys/kernel/random/uuid")
+		if seen[u] {
+			t.Errorf("two clones drew the same random UUID %s: the pool was not reseeded", u)
+		}
+		seen[u] = true
+		// The saved envd's token is replaced.
+		if code := envdStatus(t, c.inst, snap.Token); code != http.StatusUnauthorized {
+			t.Errorf("the snapshot's token: status %d, want 401", code)
+		}
+	}
+}
+
+// envdStatus is the status of a process list request to inst's envd with
+// token.
+func envdStatus(t *testing.T, inst *Instance, token string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, "http://envd/process.Process/List", strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Access-Token", token)
+	resp, err := isolationtest.EnvdClient(inst).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -88,7 +88,27 @@ func (c *Client) Save(ctx context.Context, f *os.File) error {
 		_ = c.Execute(cctx, "migrate_cancel", nil, nil)
 		return fmt.Errorf("saving the VM: %w", err)
 	}
-	return nil
+	return c.waitPostmigrate(ctx)
+}
+
+// waitPostmigrate waits for the run state to leave finish-migrate: QEMU
+// announces the completed migration before its main loop moves the VM to
+// postmigrate, and sends no event when it does.
+func (c *Client) waitPostmigrate(ctx context.Context) error {
+	for {
+		s, err := c.Status(ctx)
+		if err != nil {
+			return fmt.Errorf("saving the VM: %w", err)
+		}
+		if s.Status != "finish-migrate" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("saving the VM: waiting for QEMU to leave finish-migrate: %w", ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
 }
 
 // MigrateIncoming restores into this QEMU the state Save wrote to f, which

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path"
 	"strings"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 )
@@ -27,6 +28,38 @@ type Network struct {
 	Address   netip.Prefix // the guest's eth0 address and prefix
 	Gateway   netip.Addr   // default route and nameserver (/etc/resolv.conf)
 	Forwarder netip.Addr   // the host side's own address: TCP from it is DNAT'ed to 127.0.0.1
+}
+
+// Identity is what makes a VM restored from a memory snapshot a sandbox
+// of its own: the host writes it, as one JSON line, to init's console
+// (serveIdentities), and init answers with the line IdentityApplied (or
+// "vminit: identity <nonce>: <error>").
+type Identity struct {
+	Nonce    string // names the answer
+	Hostname string
+	Network  *Network
+	Seed     []byte    // mixed into the guest kernel's random pool
+	Time     time.Time // the guest's clock is set to it
+}
+
+// IdentityApplied is init's answer to Identity, with the nonce.
+const IdentityApplied = "vminit: identity %s applied"
+
+// Validate reports what init could not apply.
+func (id *Identity) Validate() error {
+	switch {
+	case id.Nonce == "" || strings.ContainsAny(id.Nonce, " \n"):
+		return fmt.Errorf("nonce %q: empty or not one word", id.Nonce)
+	case id.Hostname == "":
+		return errors.New("no hostname")
+	case id.Network == nil:
+		return errors.New("no network")
+	case len(id.Seed) < 32:
+		return fmt.Errorf("seed of %d bytes, want at least 32", len(id.Seed))
+	case id.Time.IsZero():
+		return errors.New("no time")
+	}
+	return id.Network.validate()
 }
 
 // ConfigPath is where the host puts the Config, as JSON, in the initramfs
@@ -63,17 +96,22 @@ func (c *Config) Validate() error {
 	if c.Pids < 0 {
 		return fmt.Errorf("pids cap %d is negative", c.Pids)
 	}
-	if n := c.Network; n != nil {
-		switch {
-		case !n.Address.IsValid() || !n.Address.Addr().Is4():
-			return fmt.Errorf("network: address %s is not an IPv4 prefix", n.Address)
-		case !n.Gateway.Is4():
-			return fmt.Errorf("network: gateway %s is not IPv4", n.Gateway)
-		case !n.Forwarder.Is4():
-			return fmt.Errorf("network: forwarder %s is not IPv4", n.Forwarder)
-		case n.Address.Addr() == n.Forwarder:
-			return errors.New("network: the forwarder is the guest's own address")
-		}
+	if c.Network != nil {
+		return c.Network.validate()
+	}
+	return nil
+}
+
+func (n *Network) validate() error {
+	switch {
+	case !n.Address.IsValid() || !n.Address.Addr().Is4():
+		return fmt.Errorf("network: address %s is not an IPv4 prefix", n.Address)
+	case !n.Gateway.Is4():
+		return fmt.Errorf("network: gateway %s is not IPv4", n.Gateway)
+	case !n.Forwarder.Is4():
+		return fmt.Errorf("network: forwarder %s is not IPv4", n.Forwarder)
+	case n.Address.Addr() == n.Forwarder:
+		return errors.New("network: the forwarder is the guest's own address")
 	}
 	return nil
 }

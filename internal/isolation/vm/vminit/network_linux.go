@@ -36,6 +36,14 @@ func setupNetwork(n *Network) error {
 	if err != nil {
 		return err
 	}
+	if err := configure(eth, n); err != nil {
+		return err
+	}
+	return forwardToLoopback(n)
+}
+
+// configure gives eth n's address and default route, and brings it up.
+func configure(eth netlink.Link, n *Network) error {
 	addr := &netlink.Addr{IPNet: prefixNet(n.Address)}
 	if err := netlink.AddrAdd(eth, addr); err != nil {
 		return fmt.Errorf("adding %s to %s: %w", n.Address, guestIf, err)
@@ -44,10 +52,10 @@ func setupNetwork(n *Network) error {
 		return fmt.Errorf("bringing up %s: %w", guestIf, err)
 	}
 	route := &netlink.Route{LinkIndex: eth.Attrs().Index, Gw: n.Gateway.AsSlice()}
-	if err := netlink.RouteAdd(route); err != nil {
+	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("adding the default route via %s: %w", n.Gateway, err)
 	}
-	return forwardToLoopback(n)
+	return nil
 }
 
 // waitLink waits for the interface name: virtio-net probes it
