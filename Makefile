@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build serve test test-go test-sdk test-recovery bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: build serve test test-go test-sdk test-sdk-vm test-recovery bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
@@ -21,7 +21,7 @@ serve: deps build
 ## test: everything — Go unit and root tests, the official-SDK suite, the
 ## crash-recovery test, then a smoke run of the benchmark. CI runs it with
 ## CI=true (.ci/run): a test that lacks what it needs then fails, never skips.
-test: deps-test build test-go test-sdk test-recovery bench-smoke
+test: deps-test build test-go test-sdk test-sdk-vm test-recovery bench-smoke
 
 ## test-go: the Go tests; then the security suite on its own, verbose, so that
 ## its table of attacks and their containment is printed (without -race: the
@@ -44,6 +44,20 @@ test-sdk: deps-test build
 	  echo "test-sdk: linking template $$d"; cp -al "$$d" $(SDK_DATA_DIR)/templates/base/; \
 	done
 	node test/sdk/run.mjs
+
+## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, VM_CORE_FILES) against
+## `serve --backend vm`, header routing only. Its data dir is its own, seeded
+## like test-sdk's with hard links to the Go tests' base template; the server
+## makes the template's ext4 image there.
+SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox-sdk-test-vm)
+test-sdk-vm: deps-test build
+	@mkdir -p $(SDK_VM_DATA_DIR)/templates/base
+	@for t in $(TEST_CACHE)/templates/base/*/template.json; do \
+	  d=$${t%/template.json}; \
+	  [ -f "$$t" ] && [ ! -e $(SDK_VM_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
+	  echo "test-sdk-vm: linking template $$d"; cp -al "$$d" $(SDK_VM_DATA_DIR)/templates/base/; \
+	done
+	SDK_TEST_BACKEND=vm AGENT_SANDBOX_TEST_VM_DATA_DIR=$(SDK_VM_DATA_DIR) node test/sdk/run.mjs server
 
 ## test-recovery: a real server killed with SIGKILL while its sandboxes run,
 ## then restarted (test/recovery). After test-sdk, whose base template it

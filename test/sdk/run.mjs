@@ -18,6 +18,13 @@
 //   server                     the whole server suite only
 //   server/list server/ports   some server files only (both modes)
 // SDK_TEST_SERVER_MODES=header (or tls) limits the server suite to one mode.
+//
+// SDK_TEST_BACKEND=vm runs the server suite against `serve --backend vm`
+// (data dir AGENT_SANDBOX_TEST_VM_DATA_DIR, see server-process.mjs): by
+// default only the core files (VM_CORE_FILES: create, commands, PTY, files,
+// watch, getHost, timeout, pause/resume, kill), header mode only and
+// SDK_TEST_SERVER_CONCURRENCY 2: each sandbox is a VM, emulated (TCG) where
+// there is no KVM, and the run must stay within minutes in CI.
 
 import { randomBytes } from 'node:crypto'
 import { readdirSync, writeFileSync } from 'node:fs'
@@ -39,7 +46,10 @@ const DNS_PRELOAD = join(HERE, 'dns-preload.mjs')
 const ENVD_FILE_TIMEOUT_MS = 60_000
 const SERVER_FILE_TIMEOUT_MS = 5 * 60_000
 // Server test files run side by side: each scopes its list queries by its own metadata.
-const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || 5)
+const BACKEND = process.env.SDK_TEST_BACKEND || 'jail'
+const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || (BACKEND === 'vm' ? 2 : 5))
+/** The server files that make up the SDK core every backend must pass. */
+const VM_CORE_FILES = ['lifecycle', 'router', 'ports']
 /** Metadata key every server-suite sandbox carries (see server/helpers.mjs). */
 const RUN_META_KEY = 'sdkTestRun'
 
@@ -163,14 +173,14 @@ function setupFailure(name, err) {
  * the SDK pointed at it, kill leftover sandboxes, stop the server.
  */
 async function runServerMode(mode, files) {
-  const label = `server[${mode}] `
-  console.log(`\n=== server suite, ${mode} mode (data dir ${serverDataDir()}) ===`)
+  const label = BACKEND === 'jail' ? `server[${mode}] ` : `server[${BACKEND},${mode}] `
+  console.log(`\n=== server suite, ${BACKEND} backend, ${mode} mode (data dir ${serverDataDir(BACKEND)}) ===`)
   // The registry the fromImage tests may pull from: on loopback, so the
   // server reaches it only because --registry allows it.
   const registry = await startRegistry({ 'x:latest': imageOf(TEST_IMAGE_FILES) })
   let server
   try {
-    server = await startServer({ mode, extraArgs: ['--registry', registry.host] })
+    server = await startServer({ mode, backend: BACKEND, extraArgs: ['--registry', registry.host] })
   } catch (err) {
     await registry.close()
     console.error(`server (${mode}) setup failed: ${err.message}`)
@@ -207,7 +217,7 @@ async function runServerMode(mode, files) {
   } finally {
     await registry.close()
     const exit = await server.stop()
-    const path = join(tmpdir(), `agent-sandbox-sdk-${mode}.log`)
+    const path = join(tmpdir(), `agent-sandbox-sdk-${BACKEND === 'jail' ? '' : `${BACKEND}-`}${mode}.log`)
     writeFileSync(path, server.output())
     console.log(`server (${mode}) stopped (${exit?.signal ?? `exit ${exit?.code}`}); output: ${path}`)
   }
@@ -215,8 +225,10 @@ async function runServerMode(mode, files) {
 }
 
 async function runServerSuite(areas) {
-  const files = testFiles(SERVER_TEST_DIR, areas)
-  const modes = (process.env.SDK_TEST_SERVER_MODES || 'header,tls').split(',').map((m) => m.trim()).filter(Boolean)
+  if (BACKEND !== 'jail' && BACKEND !== 'vm') throw new Error(`unknown SDK_TEST_BACKEND '${BACKEND}' (jail, vm)`)
+  const vm = BACKEND === 'vm'
+  const files = testFiles(SERVER_TEST_DIR, vm && areas.length === 0 ? VM_CORE_FILES : areas)
+  const modes = (process.env.SDK_TEST_SERVER_MODES || (vm ? 'header' : 'header,tls')).split(',').map((m) => m.trim()).filter(Boolean)
   const results = []
   // One after the other: two servers must not share one data dir (database).
   for (const mode of modes) {

@@ -4,9 +4,11 @@
 // killed by PID (never by name), also when the runner dies on a signal.
 //
 // The data directory is fixed (AGENT_SANDBOX_TEST_DATA_DIR, default
-// /var/lib/agent-sandbox-sdk-test) so the base template is built once per
-// machine and reused. Two servers must not share one database, so the two
-// modes (header routing, TLS host routing) run one after the other.
+// /var/lib/agent-sandbox-sdk-test; for the vm backend
+// AGENT_SANDBOX_TEST_VM_DATA_DIR, default /var/lib/agent-sandbox-sdk-test-vm)
+// so the base template is built once per machine and reused. Two servers must
+// not share one database, so the two modes (header routing, TLS host routing)
+// run one after the other, and each backend has its own directory.
 
 import { randomBytes } from 'node:crypto'
 import { existsSync, readFileSync } from 'node:fs'
@@ -20,6 +22,7 @@ import { spawnTracked } from './child-process.mjs'
 import { REPO_ROOT } from './envd-process.mjs'
 
 export const DEFAULT_DATA_DIR = '/var/lib/agent-sandbox-sdk-test'
+export const DEFAULT_VM_DATA_DIR = '/var/lib/agent-sandbox-sdk-test-vm'
 /** The TLS mode's domain: ≥ 3 labels under it, so Node accepts *.sandbox.test. */
 export const TLS_DOMAIN_NAME = 'sandbox.test'
 
@@ -37,7 +40,9 @@ export function resolveServerBin() {
   return bin
 }
 
-export function serverDataDir() {
+/** The data dir of the server for backend ('jail' or 'vm'). */
+export function serverDataDir(backend = 'jail') {
+  if (backend === 'vm') return process.env.AGENT_SANDBOX_TEST_VM_DATA_DIR || DEFAULT_VM_DATA_DIR
   return process.env.AGENT_SANDBOX_TEST_DATA_DIR || DEFAULT_DATA_DIR
 }
 
@@ -92,13 +97,24 @@ function tlsHealth(port, host, caPath) {
  * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
  *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
  *
+ * backend 'vm' adds --backend vm and builds base only (templates: the
+ * built-ins besides base, the jail suite's by default).
+ *
  * extraArgs are appended to the serve command line.
  *
  * Returns { mode, url, port, pid, apiKey, dataDir, caPath, domain, env, stop(), output() }.
  * env is what the test processes need (E2B_* and NODE_EXTRA_CA_CERTS; the
  * runner adds the DNS preload).
  */
-export async function startServer({ mode = 'header', port, dataDir = serverDataDir(), apiKey = newApiKey(), extraArgs = [] } = {}) {
+export async function startServer({
+  mode = 'header',
+  backend = 'jail',
+  port,
+  dataDir = serverDataDir(backend),
+  apiKey = newApiKey(),
+  templates = backend === 'vm' ? [] : ['code-interpreter-v1', 'desktop', 'browser'],
+  extraArgs = [],
+} = {}) {
   const bin = resolveServerBin()
   port ??= await freePort()
   const listen = `127.0.0.1:${port}`
@@ -108,7 +124,9 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
   // The other built-ins too: the code interpreter, desktop and browser files
   // create their sandboxes (desktop and browser add about 40 s each to a
   // first start, as layers over base).
-  const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey, '--templates', 'code-interpreter-v1,desktop,browser']
+  const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey]
+  if (templates.length) args.push('--templates', templates.join(','))
+  if (backend !== 'jail') args.push('--backend', backend)
   if (tls) args.push('--tls', '--domain', domain)
   args.push(...extraArgs)
 
@@ -116,7 +134,7 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
   const { stop, output } = child
 
   const url = tls ? `https://api.${domain}` : `http://${listen}`
-  const name = `agent-sandbox serve (${mode}, ${listen}, pid ${child.pid})`
+  const name = `agent-sandbox serve (${backend}, ${mode}, ${listen}, pid ${child.pid})`
   console.log(`starting ${name}: ${bin} ${args.map((a) => (a === apiKey ? 'e2b_…' : a)).join(' ')}`)
 
   const started = Date.now()
@@ -157,7 +175,7 @@ export async function startServer({ mode = 'header', port, dataDir = serverDataD
     ? { E2B_DOMAIN: domain, E2B_API_KEY: apiKey, NODE_EXTRA_CA_CERTS: caPath }
     : { E2B_API_URL: url, E2B_SANDBOX_URL: url, E2B_DOMAIN: domain, E2B_API_KEY: apiKey }
 
-  const server = { mode, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output }
+  const server = { mode, backend, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output }
   server.api = (method, path, body) => apiRequest(server, method, path, body)
   return server
 }

@@ -70,8 +70,11 @@ export function hostUrl(sbx, port, path = '/') {
   return `${hostScheme}://${sbx.getHost(port)}${path}`
 }
 
-/** Fetches url until it answers 200 or timeoutMs passes; returns the last Response (or throws the last error). */
-export async function fetchUntilOk(url, { timeoutMs = 10_000, intervalMs = 250 } = {}) {
+/**
+ * Fetches url until it answers 200 or timeoutMs passes; returns the last Response (or throws the last error).
+ * 30 s: a server the test just started in a VM under emulation (python3's first start) takes over 10.
+ */
+export async function fetchUntilOk(url, { timeoutMs = 30_000, intervalMs = 250 } = {}) {
   const deadline = Date.now() + timeoutMs
   let last
   for (;;) {

@@ -1,10 +1,10 @@
 // envd traffic through the server's router (header routing or host routing,
-// depending on the mode): commands, PTY and files of a real sandbox.
+// depending on the mode): commands, PTY, files and watch of a real sandbox.
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { CommandExitError } from 'e2b'
+import { CommandExitError, FilesystemEventType } from 'e2b'
 
 import { createSandbox, HOME, killCreated, sha256, USER, waitFor } from './helpers.mjs'
 
@@ -98,5 +98,22 @@ describe('files through the router', () => {
     assert.equal(await sbx.files.read(`${dir}/list/c.txt`), 'a')
     await sbx.files.remove(`${dir}/list`)
     assert.equal(await sbx.files.exists(`${dir}/list`), false)
+  })
+})
+
+describe('watch through the router', () => {
+  test('watchDir reports a write made with files.write, then stops', async () => {
+    const dir = `${HOME}/router-watch-${randomBytes(4).toString('hex')}`
+    await sbx.files.makeDir(dir)
+    const events = []
+    const handle = await sbx.files.watchDir(dir, (e) => events.push(e))
+    try {
+      await sbx.files.write(`${dir}/seen.txt`, 'x')
+      await waitFor(() => events.some((e) => e.name === 'seen.txt' && e.type === FilesystemEventType.WRITE), {
+        what: `a write event for seen.txt (got ${JSON.stringify(events.map((e) => [e.type, e.name]))})`,
+      })
+    } finally {
+      await handle.stop()
+    }
   })
 })
