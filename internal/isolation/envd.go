@@ -35,9 +35,14 @@ func WaitEnvd(ctx context.Context, inst Instance) error {
 	delay := time.Millisecond
 	var last error
 	for attempt := 1; ; attempt++ {
-		last = healthy(ctx, client)
-		if last == nil {
+		err := healthy(ctx, client)
+		if err == nil {
 			return nil
+		}
+		// An attempt cut short by ctx says only that ctx ended; the
+		// answer before it is what tells the caller why envd never came.
+		if last == nil || ctx.Err() == nil {
+			last = err
 		}
 		select {
 		case <-ctx.Done():
