@@ -108,6 +108,9 @@ func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
 	if len(spec.Layers) > 0 || spec.Export != "" {
 		return nil, fmt.Errorf("starting sandbox %s: layers and export: %w", spec.ID, errors.ErrUnsupported)
 	}
+	if err := CheckSnapshot(spec, f.caps); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.startErr != nil {
@@ -264,6 +267,11 @@ func (i *FakeInstance) Dial(ctx context.Context, port int) (net.Conn, error) {
 		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, i.spec.ID, ErrPortClosed)
 	}
 	return l.dial(ctx)
+}
+
+// Snapshot implements Instance: the fake saves nothing.
+func (i *FakeInstance) Snapshot(context.Context, string, SnapshotKind) error {
+	return fmt.Errorf("snapshotting sandbox %s: %w", i.spec.ID, errors.ErrUnsupported)
 }
 
 // Pause implements Instance.

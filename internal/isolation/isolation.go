@@ -88,6 +88,60 @@ type Capabilities struct {
 	// RootImage: the backend boots from Spec.RootImage, the template as
 	// an ext4 image, rather than mounting the directory Spec.RootFS.
 	RootImage bool
+	// Snapshot is the richest save Instance.Snapshot makes: none, the
+	// file system, or the file system with the processes and their
+	// memory. A backend that makes one also starts sandboxes from it
+	// (Spec.Snapshot).
+	Snapshot SnapshotKind
+}
+
+// SnapshotKind is what a snapshot of a sandbox holds.
+type SnapshotKind int
+
+const (
+	// NoSnapshot: the backend saves nothing.
+	NoSnapshot SnapshotKind = iota
+	// FilesSnapshot: the file system only; a sandbox started from it
+	// boots afresh over the saved files.
+	FilesSnapshot
+	// MemorySnapshot: the file system, the processes and their memory; a
+	// sandbox started from it goes on where the saved one was.
+	MemorySnapshot
+)
+
+func (k SnapshotKind) String() string {
+	switch k {
+	case NoSnapshot:
+		return "none"
+	case FilesSnapshot:
+		return "files"
+	case MemorySnapshot:
+		return "memory"
+	}
+	return fmt.Sprintf("SnapshotKind(%d)", int(k))
+}
+
+// CheckSnapshot refuses a Spec.Snapshot that caps does not cover, with
+// an error wrapping errors.ErrUnsupported.
+func CheckSnapshot(spec Spec, caps Capabilities) error {
+	if spec.Snapshot == nil {
+		return nil
+	}
+	if k := spec.Snapshot.Kind; k == NoSnapshot || k > caps.Snapshot {
+		return fmt.Errorf("starting from a %s snapshot (this backend's richest is %s): %w", k, caps.Snapshot, errors.ErrUnsupported)
+	}
+	return nil
+}
+
+// SnapshotSource is a snapshot a sandbox starts from (Spec.Snapshot).
+type SnapshotSource struct {
+	// Dir is the directory Instance.Snapshot filled, by the same backend.
+	Dir  string
+	Kind SnapshotKind
+	// EnvdAccessToken is the token the saved envd requires, the saved
+	// sandbox's at the time; the backend has envd in the new sandbox
+	// take Spec.EnvdAccessToken instead.
+	EnvdAccessToken string
 }
 
 // Spec is everything a backend needs to start one sandbox.
@@ -121,6 +175,14 @@ type Spec struct {
 	// the layers the steps before it made. Like RootFS they hold files
 	// with the template's own ids.
 	Layers []string
+	// Snapshot, when set, starts the sandbox from a snapshot of another
+	// of the same template, CPU count and memory (a MemorySnapshot
+	// requires them) instead of from the template alone; the sandbox
+	// gets an identity of its own all the same (ID, hostname, address,
+	// token, fresh randomness). A backend refuses a kind its
+	// Capabilities.Snapshot does not cover.
+	Snapshot *SnapshotSource
+
 	// Export, when set, is an empty host directory that receives the
 	// sandbox's file system changes when it stops (Instance.Stop, before
 	// the sandbox's disk is discarded): what a build step made, as a
@@ -182,6 +244,15 @@ type Instance interface {
 	// return an error wrapping errors.ErrUnsupported.
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error
+	// Snapshot saves the sandbox into dir, an empty directory the caller
+	// owns and later removes, as a snapshot of kind (at most the
+	// backend's Capabilities.Snapshot), at one consistent point: writes
+	// in flight are in or out, never torn. The sandbox is frozen for the
+	// time it takes and then runs on (or stays paused, if it was). The
+	// directory's format is the backend's own; only a Spec.Snapshot of
+	// the same backend reads it. A backend without snapshots returns an
+	// error wrapping errors.ErrUnsupported.
+	Snapshot(ctx context.Context, dir string, kind SnapshotKind) error
 	// Stats samples resource use.
 	Stats(ctx context.Context) (Stats, error)
 	// Link is the sandbox's network link on the host, as network.Host's

@@ -56,9 +56,13 @@ func chooseBackend(choice string, kvm bool) (string, error) {
 // cannot be set up on this host is only a warning: its sandboxes are
 // then recorded lost.
 func newBackends(cfg Config, log *slog.Logger, host *network.Host) (isolation.Backend, []isolation.Backend, error) {
-	name, err := chooseBackend(cfg.Backend, vm.KVMUsable())
+	kvm := vm.DetectKVM()
+	name, err := chooseBackend(cfg.Backend, kvm.Usable)
 	if err != nil {
 		return nil, nil, err
+	}
+	if cfg.Backend == BackendAuto && !kvm.Usable {
+		log.Info("no usable KVM: auto chooses the jail", "why", kvm.Why)
 	}
 	chosen, err := backendMakers[name](cfg, log.With("component", name), host)
 	if err != nil {

@@ -113,6 +113,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if err := res.Check(); err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 	}
+	if err := isolation.CheckSnapshot(spec, b.Capabilities()); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
 	if res.Pids <= 0 {
 		res.Pids = defaultPids(res.MemoryMB)
 	}

@@ -31,6 +31,7 @@ import (
 // Backend is the microVM isolation backend.
 type Backend struct {
 	cfg  Config
+	kvm  KVM
 	ids  *idmap.Allocator // the QEMU processes' uids
 	net  *network.Host
 	boot *bootCache
@@ -68,12 +69,22 @@ func New(cfg Config) (*Backend, error) {
 			return nil, fmt.Errorf("vm: %w", err)
 		}
 	}
+	kvm := DetectKVM()
+	switch {
+	case cfg.Accel == "" && kvm.Usable:
+		cfg.Accel = AccelKVM
+	case cfg.Accel == "":
+		cfg.Accel = AccelTCG
+		cfg.Log.Info("vm: no KVM, emulating (TCG): sandboxes start and run many times slower", "why", kvm.Why)
+	case cfg.Accel == AccelKVM && !kvm.Usable:
+		return nil, fmt.Errorf("vm: accelerator kvm: %s", kvm.Why)
+	}
 	ids, err := idmap.NewAllocator(cfg.UsernsDir, cfg.UsernsBase)
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
 	b := &Backend{
-		cfg: cfg, ids: ids, net: cfg.Network,
+		cfg: cfg, kvm: kvm, ids: ids, net: cfg.Network,
 		boot: &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
 	}
 	if cfg.Snapshots {
@@ -85,10 +96,11 @@ func New(cfg Config) (*Backend, error) {
 // Name implements isolation.Backend.
 func (b *Backend) Name() string { return "vm" }
 
-// Capabilities implements isolation.Backend: a VM pauses (QMP stop) and
-// boots from the template's ext4 image; build steps run in jails.
+// Capabilities implements isolation.Backend: a VM pauses (QMP stop),
+// saves its memory with its disk and boots from the template's ext4
+// image; build steps run in jails.
 func (b *Backend) Capabilities() isolation.Capabilities {
-	return isolation.Capabilities{Pause: true, RootImage: true}
+	return isolation.Capabilities{Pause: true, RootImage: true, Snapshot: isolation.MemorySnapshot}
 }
 
 func (b *Backend) dir(id string) string        { return filepath.Join(b.cfg.StateDir, id) }
@@ -96,9 +108,10 @@ func (b *Backend) cgroupName(id string) string { return b.cfg.CgroupParent + "/"
 
 // Files in a sandbox directory.
 const (
-	overlayFile = "disk.qcow2"
-	initrdFile  = "initrd"
-	qmpSocket   = "qmp.sock"
+	overlayFile   = "disk.qcow2"
+	initrdFile    = "initrd"
+	qmpSocket     = "qmp.sock"
+	consoleSocket = "console.sock"
 )
 
 // tapName is the VM's tap in the sandbox's network namespace.
@@ -114,6 +127,10 @@ type state struct {
 	CPUCount int        `json:"cpu_count"`
 	MemoryMB int        `json:"memory_mb"`
 	DiskMB   int        `json:"disk_mb"`
+	// MAC is the guest NIC's; Image the template image the disk is
+	// backed by. A snapshot of the VM records both.
+	MAC   string `json:"mac"`
+	Image string `json:"image"`
 }
 
 // memoryOverheadMB is what the QEMU process may use beyond the guest's
@@ -141,16 +158,25 @@ type plan struct {
 	tools    string            // the tools disk
 }
 
-// Start implements isolation.Backend. With snapshots on, a sandbox of a
-// shape that has a memory snapshot is restored from it; the first of a
-// shape boots cold and has its snapshot made beside it.
+// Start implements isolation.Backend. A sandbox starts from
+// Spec.Snapshot when it has one. Otherwise, with boot snapshots on, a
+// sandbox of a shape that has a memory snapshot is restored from it; the
+// first of a shape boots cold and has its snapshot made beside it.
 func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (isolation.Instance, error) {
 	p, err := b.plan(ctx, spec)
 	if err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 	}
 	var snap *snapshot
-	if b.snaps != nil {
+	switch {
+	case spec.Snapshot != nil:
+		if err := isolation.CheckSnapshot(spec, b.Capabilities()); err != nil {
+			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+		}
+		if snap, err = b.openSnapshot(p, *spec.Snapshot); err != nil {
+			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+		}
+	case b.snaps != nil:
 		key, err := b.snapshotKey(p)
 		if err != nil {
 			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
@@ -229,6 +255,7 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 	rollback.Push(func(context.Context) error { return b.ids.Release(spec.ID) })
 
 	overlay := filepath.Join(dir, overlayFile)
+	restore := snap != nil && snap.Kind == isolation.MemorySnapshot
 	if snap != nil {
 		err = copyFile(snap.disk(), overlay, 0o600)
 	} else {
@@ -279,10 +306,10 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 		diskIO: res.DiskIO, mac: macAddress(spec.ID), tbMB: tcgCacheMB,
 	}
 	lf := launchFiles{
-		qmp: filepath.Join(dir, qmpSocket), tap: tap, kernel: b.boot.kernel.Vmlinuz, initrd: p.initrd,
+		qmp: filepath.Join(dir, qmpSocket), console: filepath.Join(dir, consoleSocket), tap: tap, kernel: b.boot.kernel.Vmlinuz, initrd: p.initrd,
 		overlay: overlay, image: spec.RootImage, tools: p.tools,
 	}
-	if snap != nil {
+	if restore {
 		// The devices must be the saved VM's, its NIC's address among them.
 		m.mac, m.incoming = snap.MAC, true
 	} else {
@@ -300,8 +327,9 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 	inst.state = state{
 		Pid: inst.pid, Start: inst.start, UID: uid, Gateway: link.Gateway, Address: link.Address,
 		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskMB: res.DiskSizeMB,
+		MAC: m.mac, Image: spec.RootImage,
 	}
-	if snap != nil {
+	if restore {
 		err = inst.restore(ctx, snap, vminit.Identity{Hostname: p.hostname, Network: guestNet}, spec.EnvdAccessToken)
 	} else {
 		err = inst.qmp.Cont(ctx)
@@ -310,7 +338,7 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 		return nil, fmt.Errorf("starting the guest: %w", err)
 	}
 	b.cfg.Log.Debug("sandbox started", "sandbox_id", spec.ID, "qemu_pid", inst.pid, "uid", uid,
-		"accel", b.cfg.Accel, "snapshot", snap != nil,
+		"accel", b.cfg.Accel, "restored", restore, "files_from_snapshot", snap != nil && !restore,
 		"total", time.Since(t0), "disk", tDisk.Sub(t0), "netns", tNet.Sub(tDisk))
 	return inst, nil
 }
@@ -395,7 +423,11 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 		mon.Close()
 		return nil, gone("QEMU's monitor: %v", err)
 	}
-	inst := newInstance(b, id, cg, mon)
+	inst := newInstance(b, id, cg, mon, newTail())
+	if err := inst.connectConsole(ctx, filepath.Join(b.dir(id), consoleSocket)); err != nil {
+		mon.Close()
+		return nil, gone("%v", err)
+	}
 	inst.ns, inst.state, inst.pid, inst.start = ns, st, st.Pid, st.Start
 	inst.paused = !status.Running
 	inst.signal = p.Signal

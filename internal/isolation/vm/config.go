@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/kernel"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -44,7 +46,8 @@ type Config struct {
 	// QEMUImg is qemu-img, which makes each sandbox's overlay; default
 	// from PATH.
 	QEMUImg string
-	// Accel is "kvm", "tcg" or "" for kvm where /dev/kvm is usable.
+	// Accel is "kvm", "tcg" or "" for kvm where DetectKVM finds it
+	// usable, else tcg.
 	Accel string
 	// CgroupParent is the parent cgroup of the VMs' QEMU processes;
 	// default "agent-sandbox-vm".
@@ -84,12 +87,6 @@ func (c *Config) setDefaults() {
 	if c.QEMUImg == "" {
 		c.QEMUImg = "qemu-img"
 	}
-	if c.Accel == "" {
-		c.Accel = AccelTCG
-		if KVMUsable() {
-			c.Accel = AccelKVM
-		}
-	}
 	if c.CgroupParent == "" {
 		c.CgroupParent = "agent-sandbox-vm"
 	}
@@ -116,7 +113,7 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("no sandbox networking: a VM is reached through its network link only"))
 	}
 	switch c.Accel {
-	case AccelKVM, AccelTCG:
+	case "", AccelKVM, AccelTCG:
 	default:
 		errs = append(errs, fmt.Errorf("accelerator %q: want kvm or tcg", c.Accel))
 	}
@@ -129,13 +126,48 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// KVMUsable reports whether this process can open /dev/kvm, which
-// hardware virtualisation needs.
-func KVMUsable() bool {
+// KVM is whether QEMU, run as an unprivileged uid with no groups but
+// the one named here, can use hardware virtualisation on this host.
+type KVM struct {
+	Usable bool
+	// GID is /dev/kvm's group, which QEMU gets as its one supplementary
+	// group (hosts give /dev/kvm to a "kvm" group, mode 0660); 0 when
+	// /dev/kvm admits every user.
+	GID uint32
+	// Why says why not, when it is not usable.
+	Why string
+}
+
+// DetectKVM looks at /dev/kvm and the KVM modules. A /dev/kvm without
+// kvm_intel or kvm_amd is not hardware virtualisation (e.g. kvm_pvm,
+// which runs only guest kernels built for it, and not Debian's), so it
+// does not count.
+func DetectKVM() KVM {
+	hw := false
+	for _, m := range []string{"kvm_intel", "kvm_amd"} {
+		if _, err := os.Stat(filepath.Join("/sys/module", m)); err == nil {
+			hw = true
+		}
+	}
+	var st unix.Stat_t
+	switch err := unix.Stat("/dev/kvm", &st); {
+	case err != nil:
+		return KVM{Why: fmt.Sprintf("/dev/kvm: %v", err)}
+	case st.Mode&unix.S_IFMT != unix.S_IFCHR:
+		return KVM{Why: "/dev/kvm is not a character device"}
+	case !hw:
+		return KVM{Why: "/dev/kvm is there but neither kvm_intel nor kvm_amd is loaded (no hardware virtualisation; e.g. kvm_pvm needs guest kernels built for it)"}
+	}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	if err != nil {
-		return false
+		return KVM{Why: fmt.Sprintf("opening /dev/kvm: %v", err)}
 	}
 	f.Close()
-	return true
+	switch {
+	case st.Mode&0o006 == 0o006:
+		return KVM{Usable: true}
+	case st.Mode&0o060 == 0o060 && st.Gid != 0:
+		return KVM{Usable: true, GID: st.Gid}
+	}
+	return KVM{Why: fmt.Sprintf("/dev/kvm (mode %#o, group %d) admits no unprivileged QEMU process: give it a group of its own with mode 0660, as udev's kvm rule does", st.Mode&0o777, st.Gid)}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"path/filepath"
 	"regexp"
@@ -22,37 +21,47 @@ import (
 
 // Instance is one VM sandbox.
 type Instance struct {
-	b       *Backend
-	id      string
-	cg      *cgroup.Cgroup
-	ns      *network.Namespace
-	qmp     *qmp.Client
-	console *tail // nil when adopted: the console went with the server that started QEMU
-	// consoleIn is the console's input while a restored guest is given
-	// its identity; nil otherwise.
-	consoleIn io.WriteCloser
+	b   *Backend
+	id  string
+	cg  *cgroup.Cgroup
+	ns  *network.Namespace
+	qmp *qmp.Client
+	// console is the tail of what the guest printed on its console (and,
+	// for a VM this server started, of what QEMU printed), read from
+	// consoleConn (console_linux.go).
+	console     *tail
+	consoleRead chan struct{} // closed once consoleConn is read to its end
+	requests    sync.Mutex    // one request to the guest's init at a time
 	// signal signals QEMU (through its pidfd when adopted).
 	signal func(unix.Signal) error
 	pid    int
 	start  uint64
 	state  state // set before the Instance is returned, then read-only
 
+	// ops serializes what changes the VM's run state: Pause, Resume,
+	// Snapshot.
+	ops sync.Mutex
+
 	done     chan struct{} // closed when QEMU has exited
 	stopOnce sync.Once
 	stopErr  error
 
-	mu        sync.Mutex // guards the fields below
-	paused    bool
-	stopping  bool
-	exit      isolation.Exit
-	lastCPU   time.Duration
-	lastCPUAt time.Time
+	mu          sync.Mutex // guards the fields below
+	consoleConn net.Conn   // set once, when connected
+	paused      bool
+	stopping    bool
+	exit        isolation.Exit
+	lastCPU     time.Duration
+	lastCPUAt   time.Time
 }
 
 var _ isolation.Instance = (*Instance)(nil)
 
-func newInstance(b *Backend, id string, cg *cgroup.Cgroup, mon *qmp.Client) *Instance {
-	inst := &Instance{b: b, id: id, cg: cg, qmp: mon, done: make(chan struct{}), lastCPUAt: time.Now()}
+func newInstance(b *Backend, id string, cg *cgroup.Cgroup, mon *qmp.Client, console *tail) *Instance {
+	inst := &Instance{
+		b: b, id: id, cg: cg, qmp: mon, console: console, consoleRead: make(chan struct{}),
+		done: make(chan struct{}), lastCPUAt: time.Now(),
+	}
 	if s, err := cg.Stats(); err == nil {
 		inst.lastCPU = s.CPUTime
 	}
@@ -98,6 +107,8 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 // Pause implements isolation.Instance: the vCPUs stop (QMP stop); the
 // guest's memory stays in the QEMU process.
 func (inst *Instance) Pause(ctx context.Context) error {
+	inst.ops.Lock()
+	defer inst.ops.Unlock()
 	inst.mu.Lock()
 	inst.paused = true // refuse new connections from now on
 	inst.mu.Unlock()
@@ -112,6 +123,8 @@ func (inst *Instance) Pause(ctx context.Context) error {
 
 // Resume implements isolation.Instance.
 func (inst *Instance) Resume(ctx context.Context) error {
+	inst.ops.Lock()
+	defer inst.ops.Unlock()
 	if err := inst.qmp.Cont(ctx); err != nil {
 		return fmt.Errorf("resuming sandbox %s: %w", inst.id, err)
 	}
@@ -191,6 +204,9 @@ func (inst *Instance) kill(ctx context.Context) error {
 	if inst.qmp != nil {
 		inst.qmp.Close()
 	}
+	if inst.consoleConn != nil {
+		inst.consoleConn.Close()
+	}
 	var errs []error
 	if err := inst.signal(unix.SIGKILL); err != nil {
 		errs = append(errs, err)
@@ -208,6 +224,16 @@ func (inst *Instance) kill(ctx context.Context) error {
 
 // finish records why the VM ended and closes done.
 func (inst *Instance) finish(reason string) {
+	// The guest's last words (a panic) may still be on their way.
+	inst.mu.Lock()
+	connected := inst.consoleConn != nil
+	inst.mu.Unlock()
+	if connected {
+		select {
+		case <-inst.consoleRead:
+		case <-time.After(time.Second):
+		}
+	}
 	if why := guestReason(inst.console.bytes()); why != "" {
 		reason = why
 	}

@@ -1,16 +1,12 @@
 package vm
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
-	"sync"
 	"syscall"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
@@ -23,6 +19,7 @@ import (
 // launchFiles are what a VM runs on, by host path (the tap, already open).
 type launchFiles struct {
 	qmp     string // where to make the monitor's socket
+	console string // where to make the console's socket
 	tap     *os.File
 	kernel  string
 	initrd  string
@@ -40,17 +37,14 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 			f.Close()
 		}
 	}()
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: lf.qmp, Net: "unix"})
-	if err != nil {
-		return nil, fmt.Errorf("making QEMU's monitor socket: %w", err)
+	sockets := make([]*os.File, 2) // the monitor's and the console's
+	for i, path := range []string{lf.qmp, lf.console} {
+		if sockets[i], err = listenFile(path); err != nil {
+			return nil, err
+		}
+		opened = append(opened, sockets[i])
 	}
-	l.SetUnlinkOnClose(false) // the socket lives on in QEMU
-	lfile, err := l.File()
-	l.Close()
-	if err != nil {
-		return nil, fmt.Errorf("making QEMU's monitor socket: %w", err)
-	}
-	opened = append(opened, lfile)
+	files := []*os.File{sockets[0], lf.tap}
 	for _, o := range []struct {
 		path string
 		flag int
@@ -64,24 +58,24 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 			return nil, fmt.Errorf("opening what QEMU runs on: %w", err)
 		}
 		opened = append(opened, f)
+		files = append(files, f)
 	}
-	console := &tail{max: consoleTail}
+	files = append(files, sockets[1])
+	console := newTail()
 	cmd := exec.Command(b.cfg.QEMU, m.args()...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
-	// fds 3 on: qmpFd, tapFd, kernelFd, initrdFd, overlayFd, overlayROFd, imageFd, toolsFd
-	cmd.ExtraFiles = append([]*os.File{lfile, lf.tap}, opened[1:]...)
+	// fds 3 on: qmpFd, tapFd, kernelFd, initrdFd, overlayFd, overlayROFd, imageFd, toolsFd, consoleFd
+	cmd.ExtraFiles = files
+	// QEMU's own messages; the guest's come over the console socket.
 	cmd.Stdout, cmd.Stderr = console, console
-	// A restored guest's init reads its identity from the console.
-	var consoleIn io.WriteCloser
-	if m.incoming {
-		if consoleIn, err = cmd.StdinPipe(); err != nil {
-			return nil, fmt.Errorf("making the console's input: %w", err)
-		}
+	groups := []uint32{}
+	if m.accel == AccelKVM && b.kvm.GID != 0 {
+		groups = append(groups, b.kvm.GID) // to open /dev/kvm, its one host path
 	}
 	cmd.SysProcAttr = &unix.SysProcAttr{
 		Setsid:     true,
-		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}},
+		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: groups},
 	}
 	if cg.Mode() == cgroup.V2 {
 		fd, err := cg.OpenDir()
@@ -97,8 +91,8 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	if err := ns.Do(cmd.Start); err != nil {
 		return nil, fmt.Errorf("starting QEMU: %w", err)
 	}
-	inst := newInstance(b, m.id, cg, nil)
-	inst.pid, inst.console, inst.consoleIn = cmd.Process.Pid, console, consoleIn
+	inst := newInstance(b, m.id, cg, nil, console)
+	inst.pid = cmd.Process.Pid
 	inst.signal = func(sig unix.Signal) error { return ignoreDone(cmd.Process.Signal(sig)) }
 	go func() {
 		err := cmd.Wait()
@@ -121,8 +115,27 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 			return nil, err
 		}
 	}
-	inst.qmp, err = qmp.Dial(ctx, lf.qmp)
+	// A QEMU that exits at start (bad accelerator, bad image) never
+	// greets: stop waiting then, with what it said.
+	dialCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-inst.done:
+			cancel()
+		case <-dialCtx.Done():
+		}
+	}()
+	if err := inst.connectConsole(dialCtx, lf.console); err != nil {
+		return nil, err
+	}
+	inst.qmp, err = qmp.Dial(dialCtx, lf.qmp)
 	if err != nil {
+		select {
+		case <-inst.done:
+			err = errors.New(inst.Exit().Reason)
+		default:
+		}
 		return nil, fmt.Errorf("connecting to QEMU's monitor: %w%s", err, console.quote())
 	}
 	return inst, nil
@@ -135,76 +148,17 @@ func ignoreDone(err error) error {
 	return err
 }
 
-// consoleTail is how much of the guest's console (and QEMU's own
-// messages) a VM keeps, for its exit reason.
-const consoleTail = 16 << 10
-
-// tail keeps the last max bytes written to it.
-type tail struct {
-	max     int
-	mu      sync.Mutex
-	buf     []byte
-	written chan struct{} // closed and replaced at each Write
-}
-
-func (t *tail) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.written != nil {
-		close(t.written)
-		t.written = nil
+// listenFile makes a listening unix socket at path for QEMU to inherit.
+func listenFile(path string) (*os.File, error) {
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("making QEMU's socket %s: %w", path, err)
 	}
-	t.buf = append(t.buf, p...)
-	if over := len(t.buf) - t.max; over > 0 {
-		t.buf = append(t.buf[:0], t.buf[over:]...)
+	l.SetUnlinkOnClose(false) // the socket lives on in QEMU
+	f, err := l.File()
+	l.Close()
+	if err != nil {
+		return nil, fmt.Errorf("making QEMU's socket %s: %w", path, err)
 	}
-	return len(p), nil
-}
-
-func (t *tail) bytes() []byte {
-	if t == nil {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return bytes.Clone(t.buf)
-}
-
-// waitLine waits until a line of the console starts with one of
-// prefixes, and returns it (without the newline).
-func (t *tail) waitLine(ctx context.Context, prefixes ...string) (string, error) {
-	for {
-		t.mu.Lock()
-		lines := bytes.Split(t.buf, []byte("\n"))
-		for _, line := range lines[:len(lines)-1] { // the last is not ended yet
-			for _, p := range prefixes {
-				if bytes.HasPrefix(line, []byte(p)) {
-					t.mu.Unlock()
-					return string(bytes.TrimRight(line, "\r")), nil
-				}
-			}
-		}
-		if t.written == nil {
-			t.written = make(chan struct{})
-		}
-		written := t.written
-		t.mu.Unlock()
-		select {
-		case <-written:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}
-}
-
-// quote is the last KiB of the console, for an error message.
-func (t *tail) quote() string {
-	b := t.bytes()
-	if len(b) == 0 {
-		return ""
-	}
-	if len(b) > 1024 {
-		b = b[len(b)-1024:]
-	}
-	return "; console: " + strconv.Quote(string(bytes.TrimSpace(b)))
+	return f, nil
 }

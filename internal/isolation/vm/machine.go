@@ -38,6 +38,7 @@ const (
 	overlayROFd = 8
 	imageFd     = 9  // the template image, read-only: the overlay's backing file
 	toolsFd     = 10 // the tools disk, read-only
+	consoleFd   = 11 // the serial console's listening socket
 )
 
 // QEMU fd sets (-add-fd), named in disk paths as /dev/fdset/<n>.
@@ -71,7 +72,10 @@ func (m *machine) args() []string {
 		cpu, accel = "host", "kvm"
 	}
 	drive := func(id string, set int, format string, readonly bool, extra string) string {
-		s := fmt.Sprintf("if=none,id=%s,file=%s,format=%s,cache=unsafe,aio=threads", id, fdsetPath(set), format)
+		// No image locking: QEMU opens its disks from descriptors the
+		// backend alone hands out, and its locks would refuse the write
+		// lock a cont takes back after a save (Instance.Snapshot).
+		s := fmt.Sprintf("if=none,id=%s,file=%s,format=%s,cache=unsafe,aio=threads,file.locking=off", id, fdsetPath(set), format)
 		if readonly {
 			s += ",readonly=on"
 		}
@@ -88,7 +92,11 @@ func (m *machine) args() []string {
 		// QEMU's own seccomp filter: no exec, no privilege changes, no
 		// scheduler or resource-limit changes, no obsolete syscalls.
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-		"-serial", "stdio",
+		// The console is a socket the backend connects to, again after a
+		// restart of the server: the guest's logs and init's requests
+		// (vminit.Request) go over it.
+		"-chardev", "socket,id=console,fd=" + strconv.Itoa(consoleFd) + ",server=on,wait=off",
+		"-serial", "chardev:console",
 		"-kernel", procFd(kernelFd),
 		"-initrd", procFd(initrdFd),
 		"-append", guestCmdline,

@@ -15,7 +15,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -23,18 +22,30 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/vminit"
 )
 
-// A snapshot is a VM saved once envd was ready in it: its memory and
-// device state (memory) and its disk at that instant (disk.qcow2, whose
-// backing file is the template image, as every overlay's). A sandbox of
-// the same shape starts by restoring it with a copy of the disk, then is
-// given an identity of its own (vminit.Identity) and envd a token of its
-// own, before the sandbox's code can run: no cold boot.
+// A snapshot is a VM saved at one instant: with its memory and device
+// state (memory) when it is a MemorySnapshot, and always its disk
+// (disk.qcow2, whose backing file is the template image, as every
+// overlay's). Two kinds of VM are saved: a sandbox (Instance.Snapshot),
+// and, for boot from a snapshot, a VM of a shape booted once envd was
+// ready in it (makeSnapshot). A sandbox started from a memory snapshot
+// gets a copy of the disk, the saved state loaded, and then an identity
+// of its own (vminit.Identity) and envd a token of its own, before its
+// code goes on: no cold boot. One started from the files alone boots
+// cold over the copied disk.
 type snapshot struct {
-	dir string
-	// Token is the saved envd's access token; restore replaces it.
-	Token string
-	// MAC is the saved NIC's: the restored VM's devices must be the same.
-	MAC string
+	dir  string
+	Kind isolation.SnapshotKind `json:"kind"`
+	// Token is what the saved envd requires, for a boot snapshot; for a
+	// sandbox's, the caller says (isolation.SnapshotSource).
+	Token string `json:"token,omitempty"`
+	// MAC is the saved NIC's: a restored VM's devices must be the same.
+	MAC string `json:"mac"`
+	// The saved VM's shape, which a restore must match, and the template
+	// image its disk is backed by (fileKey).
+	CPUCount int    `json:"cpu_count"`
+	MemoryMB int    `json:"memory_mb"`
+	DiskMB   int    `json:"disk_mb"`
+	Image    string `json:"image"`
 }
 
 func (s *snapshot) memory() string { return filepath.Join(s.dir, "memory") }
@@ -44,11 +55,11 @@ func (s *snapshot) disk() string   { return filepath.Join(s.dir, overlayFile) }
 // without it the snapshot is incomplete.
 const snapshotMeta = "snapshot.json"
 
-// snapshotVersion changes when what a snapshot holds or how it is made
-// does, so that older ones are not restored.
-const snapshotVersion = "1"
+// snapshotVersion changes when what a boot snapshot holds or how it is
+// made does, so that older ones are not restored.
+const snapshotVersion = "2"
 
-// snapshotKey names the snapshot of p's shape: everything the saved
+// snapshotKey names the boot snapshot of p's shape: everything the saved
 // guest's state depends on.
 func (b *Backend) snapshotKey(p *plan) (string, error) {
 	parts := []string{snapshotVersion, b.cfg.Accel, p.initrd, p.tools,
@@ -80,11 +91,83 @@ func (b *Backend) makeSnapshot(ctx context.Context, p *plan, key, dir string) (*
 	if err := isolation.WaitEnvd(ctx, inst); err != nil {
 		return nil, fmt.Errorf("waiting for envd: %w%s", err, inst.console.quote())
 	}
+	return inst.save(ctx, dir, isolation.MemorySnapshot, sp.spec.EnvdAccessToken)
+}
+
+// Snapshot implements isolation.Instance. Both kinds stop the vCPUs and
+// save the VM's state (QMP migrate): that is also what has QEMU write
+// back and let go of the disk, so that its copy is of one instant. A
+// files snapshot sends the state to /dev/null, and has the guest write
+// back what it has cached first (saveFiles).
+func (inst *Instance) Snapshot(ctx context.Context, dir string, kind isolation.SnapshotKind) error {
+	if kind != isolation.FilesSnapshot && kind != isolation.MemorySnapshot {
+		return fmt.Errorf("snapshotting sandbox %s: a %s snapshot: %w", inst.id, kind, errors.ErrUnsupported)
+	}
+	inst.ops.Lock()
+	defer inst.ops.Unlock()
+	inst.mu.Lock()
+	paused := inst.paused
+	inst.mu.Unlock()
+	var err error
+	if kind == isolation.FilesSnapshot {
+		err = inst.saveFiles(ctx, dir, paused)
+	} else {
+		_, err = inst.save(ctx, dir, kind, "")
+		if !paused {
+			// Also after a failed save: the sandbox runs on.
+			err = errors.Join(err, inst.qmp.Cont(context.WithoutCancel(ctx)))
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("snapshotting sandbox %s: %w", inst.id, err)
+	}
+	return nil
+}
+
+// saveFiles saves the disk alone. What the guest wrote last may still be
+// in its page cache, in its memory, which this snapshot leaves out: its
+// init writes it back and holds further writes (vminit.OpFreeze) while the
+// disk is saved. A paused guest runs for that time.
+func (inst *Instance) saveFiles(ctx context.Context, dir string, paused bool) (err error) {
+	bg := context.WithoutCancel(ctx)
+	if paused {
+		if err := inst.qmp.Cont(ctx); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, inst.qmp.Stop(bg)) }()
+	}
+	if err := inst.request(ctx, vminit.Request{Op: vminit.OpFreeze}); err != nil {
+		return err
+	}
+	_, err = inst.save(ctx, dir, isolation.FilesSnapshot, "")
+	// Running again, and then writing again, also after a failed save.
+	if cerr := inst.qmp.Cont(bg); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return errors.Join(err, inst.request(bg, vminit.Request{Op: vminit.OpThaw}))
+}
+
+// save stops the VM and saves it into dir as a snapshot of kind, whose
+// envd requires token (empty: the caller knows it). The VM is left
+// stopped.
+func (inst *Instance) save(ctx context.Context, dir string, kind isolation.SnapshotKind, token string) (*snapshot, error) {
+	image, err := fileKey(inst.state.Image)
+	if err != nil {
+		return nil, err
+	}
 	if err := inst.qmp.Stop(ctx); err != nil {
 		return nil, err
 	}
-	snap := &snapshot{dir: dir, Token: sp.spec.EnvdAccessToken, MAC: macAddress(sp.spec.ID)}
-	mem, err := os.OpenFile(snap.memory(), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	snap := &snapshot{
+		dir: dir, Kind: kind, Token: token, MAC: inst.state.MAC, Image: image,
+		CPUCount: inst.state.CPUCount, MemoryMB: inst.state.MemoryMB, DiskMB: inst.state.DiskMB,
+	}
+	memPath := os.DevNull
+	flag := os.O_WRONLY
+	if kind == isolation.MemorySnapshot {
+		memPath, flag = snap.memory(), os.O_WRONLY|os.O_CREATE|os.O_EXCL
+	}
+	mem, err := os.OpenFile(memPath, flag, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -94,21 +177,52 @@ func (b *Backend) makeSnapshot(ctx context.Context, p *plan, key, dir string) (*
 	}
 	// The migration has flushed the disk and handed it over: it is as
 	// the saved guest last saw it.
-	if err := copyFile(filepath.Join(b.dir(sp.spec.ID), overlayFile), snap.disk(), 0o600); err != nil {
+	if err := copyFile(filepath.Join(inst.b.dir(inst.id), overlayFile), snap.disk(), 0o600); err != nil {
 		return nil, err
+	}
+	saved := []string{snap.disk()}
+	if kind == isolation.MemorySnapshot {
+		saved = append(saved, snap.memory())
+	}
+	for _, f := range saved {
+		if err := syncFile(f); err != nil {
+			return nil, err
+		}
 	}
 	meta, err := json.Marshal(snap)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []string{snap.memory(), snap.disk()} {
-		if err := syncFile(f); err != nil {
-			return nil, err
-		}
-	}
 	if err := os.WriteFile(filepath.Join(dir, snapshotMeta), meta, 0o600); err != nil {
 		return nil, err
 	}
+	return snap, syncFile(dir)
+}
+
+// openSnapshot loads the snapshot src names for p, checking that p can
+// start from it.
+func (b *Backend) openSnapshot(p *plan, src isolation.SnapshotSource) (*snapshot, error) {
+	snap, err := loadSnapshot(src.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("opening the snapshot: %w", err)
+	}
+	image, err := fileKey(p.spec.RootImage)
+	if err != nil {
+		return nil, err
+	}
+	res := p.spec.Resources
+	switch {
+	case src.Kind > snap.Kind:
+		return nil, fmt.Errorf("the snapshot %s holds %s, not %s", src.Dir, snap.Kind, src.Kind)
+	case snap.Image != image:
+		return nil, fmt.Errorf("the snapshot %s was taken over another template image than %s", src.Dir, p.spec.RootImage)
+	case snap.DiskMB != res.DiskSizeMB:
+		return nil, fmt.Errorf("the snapshot's disk is %d MiB, the sandbox's %d MiB", snap.DiskMB, res.DiskSizeMB)
+	case src.Kind == isolation.MemorySnapshot && (snap.CPUCount != res.CPUCount || snap.MemoryMB != res.MemoryMB):
+		return nil, fmt.Errorf("the snapshot's VM has %d CPUs and %d MiB, the sandbox %d and %d: a memory snapshot restores only into its own shape",
+			snap.CPUCount, snap.MemoryMB, res.CPUCount, res.MemoryMB)
+	}
+	snap.Kind, snap.Token = src.Kind, src.EnvdAccessToken
 	return snap, nil
 }
 
@@ -141,37 +255,14 @@ func (inst *Instance) restore(ctx context.Context, snap *snapshot, id vminit.Ide
 	return nil
 }
 
-// identifyTimeout bounds the guest's answer to its identity.
-const identifyTimeout = 10 * time.Second
-
-// identify sends id to the guest's init on the console and waits for its
-// answer; then the console's input is closed.
+// identify has the guest's init take id, with a fresh seed and the time.
 func (inst *Instance) identify(ctx context.Context, id vminit.Identity) error {
-	defer inst.consoleIn.Close()
-	id.Nonce = newToken()[:16]
 	id.Time = time.Now()
 	id.Seed = make([]byte, 64)
 	if _, err := rand.Read(id.Seed); err != nil {
 		return fmt.Errorf("giving the guest its identity: %w", err)
 	}
-	line, err := json.Marshal(id)
-	if err != nil {
-		return fmt.Errorf("giving the guest its identity: %w", err)
-	}
-	if _, err := inst.consoleIn.Write(append(line, '\n')); err != nil {
-		return fmt.Errorf("giving the guest its identity: %w", err)
-	}
-	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
-	defer cancel()
-	applied := fmt.Sprintf(vminit.IdentityApplied, id.Nonce)
-	answer, err := inst.console.waitLine(ctx, applied, "vminit: identity "+id.Nonce+":", "vminit: identity:")
-	if err != nil {
-		return fmt.Errorf("giving the guest its identity: no answer from its init: %w%s", err, inst.console.quote())
-	}
-	if answer != applied {
-		return fmt.Errorf("giving the guest its identity: %s", strings.TrimPrefix(answer, "vminit: "))
-	}
-	return nil
+	return inst.request(ctx, vminit.Request{Op: vminit.OpIdentity, Identity: &id})
 }
 
 // rekeyEnvd replaces envd's access token old with token (envd's POST
@@ -187,7 +278,7 @@ func rekeyEnvd(ctx context.Context, inst *Instance, old, token string) error {
 		},
 		DisableKeepAlives: true,
 	}}
-	ctx, cancel := context.WithTimeout(ctx, identifyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(body))
 	if err != nil {

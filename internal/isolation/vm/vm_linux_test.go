@@ -273,9 +273,10 @@ func TestAdoptAndCleanup(t *testing.T) {
 	sh(t, inst, spec.EnvdAccessToken, "echo kept > /root/mark")
 
 	// A restarted server: another backend adopts the VM from its state.
-	// QEMU's monitor takes one client at a time; the first server's
-	// connection went with it.
+	// QEMU's monitor and console take one client at a time; the first
+	// server's connections went with it.
 	inst.qmp.Close()
+	inst.consoleConn.Close()
 	b2 := newBackendOn(t, b.net)
 	adopted, err := b2.Adopt(context.Background(), spec.ID, inst.State())
 	if err != nil {
@@ -283,6 +284,10 @@ func TestAdoptAndCleanup(t *testing.T) {
 	}
 	if got := sh(t, adopted.(*Instance), spec.EnvdAccessToken, "cat /root/mark"); got != "kept" {
 		t.Errorf("adopted VM: %q, want the file written before", got)
+	}
+	// The new server reaches the guest's init over the console again.
+	if err := adopted.Snapshot(context.Background(), t.TempDir(), isolation.FilesSnapshot); err != nil {
+		t.Errorf("a files snapshot (the guest freezes its disk) of the adopted VM: %v", err)
 	}
 	if _, err := b2.Adopt(context.Background(), spec.ID, []byte(`{"pid":1,"start":1}`)); !errors.Is(err, isolation.ErrGone) {
 		t.Errorf("Adopt with another process's pid = %v, want ErrGone", err)
@@ -420,4 +425,99 @@ func envdStatus(t *testing.T, inst *Instance, token string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestSandboxSnapshot saves a running sandbox through the contract and
+// starts sandboxes from the save: from a memory snapshot, its processes
+// go on with their memory; from the files alone, it boots afresh over
+// them. The saved sandbox runs on, and each is independent.
+func TestSandboxSnapshot(t *testing.T) {
+	b := newTestBackend(t)
+	ctx := context.Background()
+	parentSpec := testSpec()
+	parent := start(t, b, parentSpec)
+	tok := parentSpec.EnvdAccessToken
+	sh(t, parent, tok, "echo saved > /root/file")
+	// A counter that lives in a shell's memory, written out each tick.
+	sh(t, parent, tok, "(i=0; while :; do i=$((i+1)); echo $i > /root/count; sleep 0.1; done) </dev/null >/dev/null 2>&1 & echo $! > /root/counter.pid")
+	time.Sleep(time.Second)
+
+	snaps := map[isolation.SnapshotKind]string{}
+	for _, kind := range []isolation.SnapshotKind{isolation.MemorySnapshot, isolation.FilesSnapshot} {
+		dir := t.TempDir()
+		t0 := time.Now()
+		if err := parent.Snapshot(ctx, dir, kind); err != nil {
+			t.Fatalf("%s snapshot: %v", kind, err)
+		}
+		t.Logf("%s snapshot took %v", kind, time.Since(t0))
+		snaps[kind] = dir
+	}
+	var saved int
+	fmt.Sscan(sh(t, parent, tok, "cat /root/count"), &saved)
+	if got := sh(t, parent, tok, "echo runs on"); got != "runs on" {
+		t.Fatalf("the saved sandbox after its snapshots: %q", got)
+	}
+
+	t.Run("memory", func(t *testing.T) {
+		spec := testSpec()
+		spec.Snapshot = &isolation.SnapshotSource{Dir: snaps[isolation.MemorySnapshot], Kind: isolation.MemorySnapshot, EnvdAccessToken: tok}
+		t0 := time.Now()
+		child := start(t, b, spec)
+		t.Logf("start from the memory snapshot to envd ready: %v", time.Since(t0))
+		ctok := spec.EnvdAccessToken
+		if code := envdStatus(t, child, tok); code != http.StatusUnauthorized {
+			t.Errorf("the saved sandbox's token in the child: status %d, want 401", code)
+		}
+		if got := sh(t, child, ctok, "uname -n"); got != spec.Hostname {
+			t.Errorf("hostname %q, want the child's %q", got, spec.Hostname)
+		}
+		// The counter process is the saved one, going on from its memory.
+		pid := sh(t, child, ctok, "cat /root/counter.pid")
+		if got := sh(t, child, ctok, "test -d /proc/"+pid+" && echo alive || echo gone"); got != "alive" {
+			t.Fatalf("the saved counter process %s in the child: %s", pid, got)
+		}
+		var a, c int
+		fmt.Sscan(sh(t, child, ctok, "cat /root/count"), &a)
+		time.Sleep(500 * time.Millisecond)
+		fmt.Sscan(sh(t, child, ctok, "cat /root/count"), &c)
+		if a < saved-10 || c <= a {
+			t.Errorf("the counter in the child went %d → %d; it was at %d in the parent after the snapshot", a, c, saved)
+		}
+		// Independent of the parent both ways.
+		sh(t, child, ctok, "echo child > /root/file")
+		if got := sh(t, parent, tok, "cat /root/file"); got != "saved" {
+			t.Errorf("the parent's file after the child wrote its own: %q", got)
+		}
+	})
+	t.Run("files", func(t *testing.T) {
+		spec := testSpec()
+		spec.Snapshot = &isolation.SnapshotSource{Dir: snaps[isolation.FilesSnapshot], Kind: isolation.FilesSnapshot}
+		child := start(t, b, spec)
+		ctok := spec.EnvdAccessToken
+		if got := sh(t, child, ctok, "cat /root/file"); got != "saved" {
+			t.Errorf("the saved file in the child: %q", got)
+		}
+		pid := sh(t, child, ctok, "cat /root/counter.pid")
+		if got := sh(t, child, ctok, "test -d /proc/"+pid+" && tr '\\0' ' ' < /proc/"+pid+"/cmdline; echo"); strings.Contains(got, "sh") {
+			t.Errorf("a files snapshot's child runs the saved process %s: %q", pid, got)
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		spec := testSpec()
+		spec.Resources.MemoryMB = 384
+		spec.Snapshot = &isolation.SnapshotSource{Dir: snaps[isolation.MemorySnapshot], Kind: isolation.MemorySnapshot, EnvdAccessToken: tok}
+		if inst, err := b.Start(ctx, spec); err == nil {
+			inst.Stop(ctx)
+			t.Fatal("a memory snapshot started in a VM of another memory size")
+		} else if !strings.Contains(err.Error(), "restores only into its own shape") {
+			t.Errorf("error %q does not say why", err)
+		}
+		assertGone(t, b, spec.ID)
+		spec = testSpec()
+		spec.Snapshot = &isolation.SnapshotSource{Dir: snaps[isolation.FilesSnapshot], Kind: isolation.MemorySnapshot}
+		if inst, err := b.Start(ctx, spec); err == nil {
+			inst.Stop(ctx)
+			t.Fatal("a files snapshot restored as a memory one")
+		}
+	})
 }

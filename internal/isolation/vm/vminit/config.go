@@ -30,26 +30,64 @@ type Network struct {
 	Forwarder netip.Addr   // the host side's own address: TCP from it is DNAT'ed to 127.0.0.1
 }
 
+// Request is one line of JSON the host writes to init's console, for
+// the VM's whole life; init answers each with the line Done (op and
+// nonce) or "vminit: <op> <nonce>: <error>" (serveRequests).
+type Request struct {
+	Op    string // OpIdentity, OpFreeze or OpThaw
+	Nonce string // names the answer
+	// Identity is OpIdentity's.
+	Identity *Identity `json:",omitempty"`
+}
+
+// The requests init serves.
+const (
+	// OpIdentity makes a VM restored from a memory snapshot a sandbox of
+	// its own, before anything of the sandbox's goes on in it.
+	OpIdentity = "identity"
+	// OpFreeze flushes the root file system and holds every write to it
+	// (FIFREEZE), so that the host can copy the disk at one consistent
+	// point; OpThaw lets writes go on. Init thaws by itself after
+	// FreezeLimit, should the host never say so.
+	OpFreeze = "freeze"
+	OpThaw   = "thaw"
+)
+
+// FreezeLimit is the longest init keeps the root file system frozen.
+const FreezeLimit = 30 * time.Second
+
+// Done is init's answer to a request it carried out: op, nonce.
+const Done = "vminit: %s %s done"
+
+// Validate reports what init could not carry out.
+func (r *Request) Validate() error {
+	if r.Nonce == "" || strings.ContainsAny(r.Nonce, " \n:") {
+		return fmt.Errorf("nonce %q: empty or not one word", r.Nonce)
+	}
+	switch r.Op {
+	case OpIdentity:
+		if r.Identity == nil {
+			return errors.New("identity: none given")
+		}
+		return r.Identity.Validate()
+	case OpFreeze, OpThaw:
+		return nil
+	}
+	return fmt.Errorf("unknown op %q", r.Op)
+}
+
 // Identity is what makes a VM restored from a memory snapshot a sandbox
-// of its own: the host writes it, as one JSON line, to init's console
-// (serveIdentities), and init answers with the line IdentityApplied (or
-// "vminit: identity <nonce>: <error>").
+// of its own (OpIdentity).
 type Identity struct {
-	Nonce    string // names the answer
 	Hostname string
 	Network  *Network
 	Seed     []byte    // mixed into the guest kernel's random pool
 	Time     time.Time // the guest's clock is set to it
 }
 
-// IdentityApplied is init's answer to Identity, with the nonce.
-const IdentityApplied = "vminit: identity %s applied"
-
 // Validate reports what init could not apply.
 func (id *Identity) Validate() error {
 	switch {
-	case id.Nonce == "" || strings.ContainsAny(id.Nonce, " \n"):
-		return fmt.Errorf("nonce %q: empty or not one word", id.Nonce)
 	case id.Hostname == "":
 		return errors.New("no hostname")
 	case id.Network == nil:

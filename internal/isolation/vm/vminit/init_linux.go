@@ -50,7 +50,7 @@ func Main() {
 		halt("%v", err)
 	}
 	fmt.Fprintf(os.Stderr, "vminit: envd started (pid %d, %v after init)\n", envdPid, time.Since(start).Round(time.Millisecond))
-	go serveIdentities()
+	go serveRequests()
 	ws, err := reapUntil(envdPid)
 	if err != nil {
 		halt("%v", err)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
@@ -13,29 +15,94 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// serveIdentities applies each Identity the host writes to init's stdin
-// (the console), one JSON line each, and answers on the console. A VM
-// restored from a memory snapshot is a copy of the VM that was saved; the
-// host makes it a sandbox of its own this way, before anything of the
-// sandbox's runs in it. Echo is off: the line carries a random seed.
-func serveIdentities() {
+// serveRequests carries out each Request the host writes to init's
+// stdin (the console) and answers on the console. Echo is off: an
+// identity carries a random seed.
+func serveRequests() {
 	if t, err := unix.IoctlGetTermios(0, unix.TCGETS); err == nil {
 		t.Lflag &^= unix.ECHO | unix.ECHONL
 		_ = unix.IoctlSetTermios(0, unix.TCSETS, t)
 	}
+	var fr freezer
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		var id Identity
-		if err := json.Unmarshal(in.Bytes(), &id); err != nil {
-			fmt.Fprintf(os.Stderr, "vminit: identity: %v\n", err)
+		var r Request
+		if err := json.Unmarshal(in.Bytes(), &r); err != nil {
+			fmt.Fprintf(os.Stderr, "vminit: request: %v\n", err)
 			continue
 		}
-		if err := id.apply(); err != nil {
-			fmt.Fprintf(os.Stderr, "vminit: identity %s: %v\n", id.Nonce, err)
+		if err := r.Validate(); err != nil {
+			fmt.Fprintf(os.Stderr, "vminit: request: %v\n", err)
 			continue
 		}
-		fmt.Fprintf(os.Stderr, IdentityApplied+"\n", id.Nonce)
+		var err error
+		switch r.Op {
+		case OpIdentity:
+			err = r.Identity.apply()
+		case OpFreeze:
+			err = fr.freeze()
+		case OpThaw:
+			err = fr.thaw()
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "vminit: %s %s: %v\n", r.Op, r.Nonce, err)
+			continue
+		}
+		fmt.Fprintf(os.Stderr, Done+"\n", r.Op, r.Nonce)
 	}
+}
+
+// FIFREEZE and FITHAW, _IOWR('X', 119, int) and _IOWR('X', 120, int).
+const (
+	fiFreeze = 0xc0045877
+	fiThaw   = 0xc0045878
+)
+
+// freezer freezes and thaws the root file system, thawing it by itself
+// after FreezeLimit.
+type freezer struct {
+	mu    sync.Mutex // guards timer
+	timer *time.Timer
+}
+
+func (f *freezer) freeze() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.timer != nil {
+		return errors.New("already frozen")
+	}
+	if err := rootIoctl(fiFreeze); err != nil {
+		return fmt.Errorf("freezing /: %w", err)
+	}
+	f.timer = time.AfterFunc(FreezeLimit, func() {
+		if f.thaw() == nil {
+			fmt.Fprintf(os.Stderr, "vminit: thawed / after %v without the host's thaw\n", FreezeLimit)
+		}
+	})
+	return nil
+}
+
+func (f *freezer) thaw() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.timer == nil {
+		return errors.New("not frozen")
+	}
+	f.timer.Stop()
+	f.timer = nil
+	if err := rootIoctl(fiThaw); err != nil {
+		return fmt.Errorf("thawing /: %w", err)
+	}
+	return nil
+}
+
+func rootIoctl(req uint) error {
+	fd, err := unix.Open("/", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.IoctlSetInt(fd, req, 0)
 }
 
 // apply makes the guest id: the clock first (the rest may log), then the
