@@ -51,6 +51,10 @@ Environment:
 		fs.StringVar(&cfg.Domain, "domain", "", "`DOMAIN` the SDKs use (E2B_DOMAIN); default: from --listen, e.g. localhost:3000")
 		fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "`DIR` for the database, templates, sandboxes and TLS files")
 		fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "isolation `BACKEND` of new sandboxes: jail (namespaces), vm (a microVM each: QEMU, KVM where /dev/kvm is usable, else emulation) or auto (vm where /dev/kvm is usable, else jail); each sandbox keeps the backend that started it")
+		fs.Func("template-backend", "`PAIRS` like code-interpreter-v1=vm,base=jail: the backend that starts a template's sandboxes instead of --backend's", func(s string) (err error) {
+			cfg.TemplateBackends, err = server.ParseTemplateBackends(s)
+			return err
+		})
 		apiKey := fs.String("api-key", "", "an API `KEY` to accept (e2b_ + 40 hex digits), for automation")
 		fs.BoolVar(&cfg.TLS, "tls", false, "serve HTTPS with a certificate for DOMAIN and *.DOMAIN from a CA in DIR/tls")
 		fs.StringVar(&cfg.EnvdPath, "envd", "", "envd `BINARY` mounted into sandboxes; default: envd next to this executable")

@@ -72,6 +72,39 @@ func TestAdoptWithEachSandboxsBackend(t *testing.T) {
 	}
 }
 
+// A template named in TemplateBackends starts on that backend, its pool
+// members too, whatever the default; a failed start is cleaned up there.
+func TestTemplateBackends(t *testing.T) {
+	def := isolation.NewFakeNamed("default", isolation.Capabilities{Pause: true})
+	mapped := isolation.NewFakeNamed("mapped", isolation.Capabilities{})
+	e := newEnv(t, func(c *Config) {
+		c.Backend, c.OtherBackends = def, []isolation.Backend{mapped}
+		c.TemplateBackends = map[string]string{"base": "mapped"}
+		c.WarmPools = map[string]PoolSize{"base": {Min: 1, Max: 1}}
+	})
+	def.Handle(EnvdPort, e.envd)
+	mapped.Handle(EnvdPort, e.envd)
+	sb := e.create(t, CreateRequest{})
+	if r := e.record(t, sb.ID); r.Backend != "mapped" || mapped.Instance(sb.ID) == nil {
+		t.Errorf("sandbox of base on %q, want mapped", r.Backend)
+	}
+	// The pool refills, on the mapped backend.
+	for deadline := time.Now().Add(5 * time.Second); len(mapped.Running()) < 2 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, d := len(mapped.Running()), def.Running(); n < 2 || len(d) > 0 {
+		t.Errorf("running: %d on mapped (want the sandbox and a pool member), %v on default (want none)", n, d)
+	}
+	// The mapped backend's capabilities are the ones that count.
+	_, err := e.m.Create(context.Background(), CreateRequest{Template: "base", Timeout: time.Minute, AutoPause: true})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "mapped backend cannot pause") {
+		t.Errorf("Create with autoPause = %v, want ErrInvalid naming the mapped backend", err)
+	}
+	if _, err := New(Config{Store: e.store, Templates: testTemplates, Backend: def, TemplateBackends: map[string]string{"base": "vm"}}); err == nil || !strings.Contains(err.Error(), `no backend "vm"`) {
+		t.Errorf("New with a template on a backend it does not have = %v", err)
+	}
+}
+
 // images is a template cache that makes an image per template.
 type images map[string]string
 

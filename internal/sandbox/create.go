@@ -45,9 +45,6 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if req.Network != nil && !json.Valid(req.Network) {
 		return store.Sandbox{}, invalid("network config is not valid JSON")
 	}
-	if req.AutoPause && !m.cfg.Backend.Capabilities().Pause {
-		return store.Sandbox{}, cannot(m.cfg.Backend, "pause sandboxes: autoPause is not available")
-	}
 	tmpl, err := m.cfg.Templates.Lookup(req.Template)
 	if errors.Is(err, template.ErrNotFound) {
 		if _, builtIn := template.BuiltIn()[req.Template]; builtIn {
@@ -57,6 +54,10 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("looking up template %q: %w", req.Template, err)
+	}
+	backend := m.backendFor(tmpl)
+	if req.AutoPause && !backend.Capabilities().Pause {
+		return store.Sandbox{}, cannot(backend, "pause sandboxes: autoPause is not available")
 	}
 	ec, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl)
 	if err != nil {
@@ -85,7 +86,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		AllowInternetAccess: req.AllowInternetAccess,
 		AutoPause:           req.AutoPause,
 		Network:             req.Network,
-		Backend:             m.cfg.Backend.Name(),
+		Backend:             backend.Name(),
 		EnvdAccessToken:     newToken(), // whatever Secure says: envd always wants one
 		Secure:              req.Secure,
 	}
@@ -128,10 +129,12 @@ func (m *Manager) record(ctx context.Context, rec store.Sandbox) (store.Sandbox,
 	}
 }
 
-// abort undoes a create that failed at step: it detaches the network,
-// stops inst (or cleans up by ID when there is none yet) and records the
-// error. It returns the error to give the caller.
-func (m *Manager) abort(ctx context.Context, id string, inst isolation.Instance, log *slog.Logger, step string, err error) error {
+// abort undoes a create of rec that failed at step: it detaches the
+// network, stops inst (or has rec's backend clean up by ID when there is
+// none yet) and records the error. It returns the error to give the
+// caller.
+func (m *Manager) abort(ctx context.Context, rec store.Sandbox, inst isolation.Instance, log *slog.Logger, step string, err error) error {
+	id := rec.ID
 	err = fmt.Errorf("creating sandbox %s: %s: %w", id, step, err)
 	bg := context.WithoutCancel(ctx)
 	m.detachNetwork(id)
@@ -139,7 +142,7 @@ func (m *Manager) abort(ctx context.Context, id string, inst isolation.Instance,
 		if serr := inst.Stop(bg); serr != nil {
 			log.Error("stopping sandbox after a failed create", "err", serr)
 		}
-	} else if cerr := m.cfg.Backend.Cleanup(bg, id, nil); cerr != nil {
+	} else if cerr := m.backends[rec.Backend].Cleanup(bg, id, nil); cerr != nil {
 		log.Error("cleaning up after a failed create", "err", cerr)
 	}
 	if serr := m.cfg.Store.SetState(bg, id, store.StateError, err.Error()); serr != nil {
@@ -164,22 +167,23 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Te
 		EnvdAccessToken: rec.EnvdAccessToken,
 		Resources:       res,
 	}
-	if err := m.rootImage(ctx, m.cfg.Backend, &spec, tmpl); err != nil {
-		return nil, m.abort(ctx, rec.ID, nil, log, "making the template's image", err)
+	backend := m.backends[rec.Backend]
+	if err := m.rootImage(ctx, backend, &spec, tmpl); err != nil {
+		return nil, m.abort(ctx, rec, nil, log, "making the template's image", err)
 	}
-	inst, err := m.cfg.Backend.Start(ctx, spec)
+	inst, err := backend.Start(ctx, spec)
 	if err != nil {
-		return nil, m.abort(ctx, rec.ID, nil, log, "starting", err)
+		return nil, m.abort(ctx, rec, nil, log, "starting", err)
 	}
 	if err := m.cfg.Store.SetBackendState(ctx, rec.ID, inst.State()); err != nil {
-		return nil, m.abort(ctx, rec.ID, inst, log, "recording backend state", err)
+		return nil, m.abort(ctx, rec, inst, log, "recording backend state", err)
 	}
 	if err := waitEnvd(ctx, inst); err != nil {
-		return nil, m.abort(ctx, rec.ID, inst, log, "waiting for envd", err)
+		return nil, m.abort(ctx, rec, inst, log, "waiting for envd", err)
 	}
 	// Before envd runs anything: a start command may resolve names at once.
 	if err := m.attachNetwork(ctx, rec, inst, tmpl); err != nil {
-		return nil, m.abort(ctx, rec.ID, inst, log, "attaching the network gateway", err)
+		return nil, m.abort(ctx, rec, inst, log, "attaching the network gateway", err)
 	}
 	return inst, nil
 }
@@ -204,23 +208,23 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 	}
 	tInit := m.cfg.Now()
 	if err := initEnvd(ctx, inst, token, body); err != nil {
-		return store.Sandbox{}, m.abort(ctx, rec.ID, inst, log, "initialising envd", err)
+		return store.Sandbox{}, m.abort(ctx, rec, inst, log, "initialising envd", err)
 	}
 	tService := m.cfg.Now()
 	if err := startService(ctx, inst, rec, tmpl); err != nil {
-		return store.Sandbox{}, m.abort(ctx, rec.ID, inst, log, "starting the template's service", err)
+		return store.Sandbox{}, m.abort(ctx, rec, inst, log, "starting the template's service", err)
 	}
 	tRecord := m.cfg.Now()
-	id := rec.ID
-	rec, err := m.cfg.Store.UpdateSandbox(ctx, id, func(sb *store.Sandbox) error {
+	running, err := m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
 		sb.State = store.StateRunning
 		sb.BackendState = inst.State()
 		return nil
 	})
 	if err != nil {
-		return store.Sandbox{}, m.abort(ctx, id, inst, log, "recording running state", err)
+		return store.Sandbox{}, m.abort(ctx, rec, inst, log, "recording running state", err)
 	}
-	m.register(m.newSandbox(rec, m.cfg.Backend, inst, log))
+	rec = running
+	m.register(m.newSandbox(rec, m.backends[rec.Backend], inst, log))
 	end := m.cfg.Now()
 	log.Info("sandbox running", "took", end.Sub(t0).Round(time.Millisecond))
 	log.Debug("sandbox running: steps", "before_init", tInit.Sub(t0), "init", tService.Sub(tInit),

@@ -64,7 +64,11 @@ type Config struct {
 	// they end; each sandbox's record names its backend. Names must
 	// differ.
 	OtherBackends []isolation.Backend
-	Templates     Templates
+	// TemplateBackends names, by template name, the backend (Backend or
+	// one of OtherBackends) that starts that template's sandboxes instead
+	// of Backend.
+	TemplateBackends map[string]string
+	Templates        Templates
 	// Images makes templates' ext4 images for a backend that boots from
 	// one; nil: such a backend cannot start sandboxes.
 	Images   Images
@@ -258,6 +262,11 @@ func New(cfg Config) (*Manager, error) {
 			errs = append(errs, fmt.Errorf("two backends named %q", b.Name()))
 		}
 		backends[b.Name()] = b
+	}
+	for tmpl, name := range cfg.TemplateBackends {
+		if backends[name] == nil {
+			errs = append(errs, fmt.Errorf("template %s: no backend %q on this server", tmpl, name))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("configuring sandbox manager: %w", err)
@@ -524,6 +533,14 @@ func ended(sb store.Sandbox) error {
 
 func invalid(format string, args ...any) error {
 	return &userError{kind: ErrInvalid, msg: fmt.Sprintf(format, args...)}
+}
+
+// backendFor is the backend that starts tmpl's sandboxes.
+func (m *Manager) backendFor(tmpl *template.Template) isolation.Backend {
+	if name, ok := m.cfg.TemplateBackends[tmpl.Name]; ok {
+		return m.backends[name]
+	}
+	return m.cfg.Backend
 }
 
 // cannot is the ErrInvalid of a request that the sandbox's backend cannot

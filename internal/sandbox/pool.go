@@ -255,21 +255,22 @@ func (m *Manager) handOut(ctx context.Context, w *warm, rec store.Sandbox, req C
 	log.Info("creating sandbox from the warm pool", "template", tmpl.ID)
 	t0 := rec.StartedAt
 	rec.ID = id
-	rec, err := m.cfg.Store.UpdateSandbox(ctx, id, func(sb *store.Sandbox) error {
+	stored, err := m.cfg.Store.UpdateSandbox(ctx, id, func(sb *store.Sandbox) error {
 		backend := sb.BackendState
 		*sb = rec
 		sb.BackendState = backend
 		return nil
 	})
 	if err != nil {
-		return store.Sandbox{}, m.abort(ctx, id, w.inst, log, "recording the request", err)
+		return store.Sandbox{}, m.abort(ctx, rec, w.inst, log, "recording the request", err)
 	}
+	rec = stored
 	// The member runs the default policy; the request's replaces it before
 	// envd runs anything.
 	custom := req.Network != nil || req.AllowInternetAccess != nil
 	if custom && m.cfg.Network != nil && w.inst.Link().Gateway.IsValid() {
 		if err := m.cfg.Network.Update(ctx, id, ec.rules); err != nil {
-			return store.Sandbox{}, m.abort(ctx, id, w.inst, log, "applying the egress rules", err)
+			return store.Sandbox{}, m.abort(ctx, rec, w.inst, log, "applying the egress rules", err)
 		}
 	}
 	return m.finish(ctx, rec, w.inst, w.rec.EnvdAccessToken, tmpl, req.EnvVars, log, t0)
@@ -378,7 +379,7 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 		CPUCount:   res.CPUCount,
 		MemoryMB:   res.MemoryMB,
 		DiskSizeMB: res.DiskSizeMB,
-		Backend:    m.cfg.Backend.Name(),
+		Backend:    m.backendFor(tmpl).Name(),
 		// The member's own, until a create replaces it with the
 		// request's; nothing but this manager knows it.
 		EnvdAccessToken: newToken(),

@@ -75,6 +75,9 @@ func newBackends(cfg Config, log *slog.Logger, host *network.Host) (isolation.Ba
 			continue
 		}
 		b, err := backendMakers[other](cfg, log.With("component", other), host)
+		if err != nil && slices.Contains(slices.Collect(maps.Values(cfg.TemplateBackends)), other) {
+			return nil, nil, fmt.Errorf("setting up the %s backend, which --template-backend names: %w", other, err)
+		}
 		if err != nil {
 			log.Warn("backend not available: its sandboxes from earlier runs will not be adopted", "backend", other, "err", err)
 			continue

@@ -33,6 +33,9 @@ type Config struct {
 	// default), BackendJail or BackendVM. Sandboxes keep the backend that
 	// started them, which is recorded with each.
 	Backend string
+	// TemplateBackends names, by template name, the backend (jail or vm)
+	// that starts that template's sandboxes instead of Backend.
+	TemplateBackends map[string]string
 	// VMKernel is the unpacked guest kernel of vm sandboxes; "" =
 	// kernel.DefaultDir, where scripts/install-deps.sh puts it.
 	VMKernel string
@@ -246,6 +249,11 @@ func (c *Config) Validate() error {
 	if _, err := chooseBackend(c.Backend, false); err != nil {
 		return err
 	}
+	for tmpl, b := range c.TemplateBackends {
+		if _, built := backendMakers[b]; !built {
+			return fmt.Errorf("--template-backend %s=%s: want jail or vm", tmpl, b)
+		}
+	}
 	switch c.Userns {
 	case "", "auto", "on", "off":
 	default:
@@ -365,4 +373,24 @@ func deriveDomain(host, port string) string {
 		host = "localhost"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// ParseTemplateBackends parses --template-backend: TEMPLATE=BACKEND pairs
+// separated by commas; "" or "none" for none.
+func ParseTemplateBackends(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s = strings.TrimSpace(s); s == "" || s == "none" {
+		return out, nil
+	}
+	for item := range strings.SplitSeq(s, ",") {
+		name, backend, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" || backend == "" {
+			return nil, fmt.Errorf("--template-backend %q: want TEMPLATE=BACKEND, e.g. code-interpreter-v1=vm", item)
+		}
+		if _, built := backendMakers[backend]; !built {
+			return nil, fmt.Errorf("--template-backend %q: backend %q: want jail or vm", item, backend)
+		}
+		out[name] = backend
+	}
+	return out, nil
 }

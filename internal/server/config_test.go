@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -168,6 +169,27 @@ func TestChooseBackend(t *testing.T) {
 		got, err := chooseBackend(tc.choice, tc.kvm)
 		if got != tc.want || (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 			t.Errorf("chooseBackend(%q, kvm %v) = %q, %v; want %q, an error saying %q", tc.choice, tc.kvm, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestParseTemplateBackends(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    map[string]string
+		wantErr string
+	}{
+		{"", map[string]string{}, ""},
+		{"none", map[string]string{}, ""},
+		{"code-interpreter-v1=vm, base=jail", map[string]string{"code-interpreter-v1": "vm", "base": "jail"}, ""},
+		{"base", nil, "want TEMPLATE=BACKEND"},
+		{"=vm", nil, "want TEMPLATE=BACKEND"},
+		{"base=", nil, "want TEMPLATE=BACKEND"},
+		{"base=auto", nil, `backend "auto": want jail or vm`},
+	} {
+		got, err := ParseTemplateBackends(tc.in)
+		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) || (err == nil && !maps.Equal(got, tc.want)) {
+			t.Errorf("ParseTemplateBackends(%q) = %v, %v; want %v, an error saying %q", tc.in, got, err, tc.want, tc.wantErr)
 		}
 	}
 }

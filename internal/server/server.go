@@ -99,15 +99,16 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.manager, err = sandbox.New(sandbox.Config{
-		Store:         st,
-		Backend:       backend,
-		OtherBackends: others,
-		Templates:     templateRegistry{builder: s.templates, store: st},
-		Images:        s.templates,
-		EnvdPath:      cfg.EnvdPath,
-		Tools:         map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
-		Log:           log.With("component", "sandbox"),
-		Network:       s.net.gateway,
+		Store:            st,
+		Backend:          backend,
+		OtherBackends:    others,
+		TemplateBackends: cfg.TemplateBackends,
+		Templates:        templateRegistry{builder: s.templates, store: st},
+		Images:           s.templates,
+		EnvdPath:         cfg.EnvdPath,
+		Tools:            map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
+		Log:              log.With("component", "sandbox"),
+		Network:          s.net.gateway,
 		MaxBandwidth: network.Bandwidth{
 			Down: uint64(cfg.BandwidthMbit * 1e6),
 			Up:   uint64(cfg.BandwidthMbit * 1e6),
