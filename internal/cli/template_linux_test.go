@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
+	"github.com/agent-sandbox/agent-sandbox/internal/mountinfo"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
@@ -40,7 +40,7 @@ func buildDataDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if ms := mountsUnder(t, dir); len(ms) > 0 {
+		if ms := mountsBelow(t, dir); len(ms) > 0 {
 			t.Errorf("left mounted, so %s is not removed: %v", dir, ms)
 			return
 		}
@@ -49,21 +49,14 @@ func buildDataDir(t *testing.T) string {
 	return dir
 }
 
-func mountsUnder(t *testing.T, dir string) []string {
+// mountsBelow lists the mounts strictly below dir.
+func mountsBelow(t *testing.T, dir string) []string {
 	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mountinfo.Under(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var ms []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			ms = append(ms, fields[4])
-		}
-	}
-	return ms
+	return slices.DeleteFunc(ms, func(m string) bool { return m == filepath.Clean(dir) })
 }
 
 // stepLineRE matches a plain progress line of one build step, e.g.
@@ -306,7 +299,7 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 	if _, err := b.Lookup("fresh"); !errors.Is(err, template.ErrNotFound) {
 		t.Errorf("after a failed first build, Lookup(fresh) = %v, want not found", err)
 	}
-	if ms := mountsUnder(t, data); len(ms) > 0 {
+	if ms := mountsBelow(t, data); len(ms) > 0 {
 		t.Errorf("left mounted: %v", ms)
 	}
 

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/mountinfo"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
@@ -115,7 +116,7 @@ func assertNoMounts(t *testing.T, dir string) {
 	} else if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := mountsUnder(real)
+	ms, err := mountinfo.Under(real)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +346,7 @@ func TestBuildCancelDuringDebootstrap(t *testing.T) {
 			if buildRoot == "" {
 				buildRoot, _ = filepath.EvalSymlinks(filepath.Join(data, "templates", ".layers", ".tmp"))
 			}
-			mountedAtCancel, _ = mountsUnder(buildRoot)
+			mountedAtCancel, _ = mountinfo.Under(buildRoot)
 			cancel()
 		}
 	}
@@ -382,7 +383,7 @@ func TestBuildCancelDuringPackages(t *testing.T) {
 	b.hook = func(stage string, ev Event) {
 		// apt-get running in the step (an output line or its status).
 		if stage == "packages" && (ev.Item != "" || ev.Phase == "downloading") && ctx.Err() == nil {
-			mountedAtCancel, _ = mountsUnder(filepath.Join(data, "templates", ".layers"))
+			mountedAtCancel, _ = mountinfo.Under(filepath.Join(data, "templates", ".layers"))
 			cancelledIn = ev
 			cancel()
 		}

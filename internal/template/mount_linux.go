@@ -1,70 +1,18 @@
 package template
 
 import (
-	"bufio"
-	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/mountinfo"
 )
-
-// mountsUnder returns the mount points at or below dir (which must be a
-// resolved absolute path), deepest first.
-func mountsUnder(dir string) ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, fmt.Errorf("reading mount table: %w", err)
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountPath(fields[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("reading mount table: %w", err)
-	}
-	// Mounted later appears later; a child is always longer than its parent.
-	slices.Reverse(out)
-	slices.SortStableFunc(out, func(a, b string) int { return cmp.Compare(len(b), len(a)) })
-	return out, nil
-}
-
-// unescapeMountPath undoes the octal escapes (\040 for space, ...) of
-// /proc/self/mountinfo.
-func unescapeMountPath(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
 
 // unmount unmounts target, lazily if it is busy. Not mounted is not an error.
 func unmount(target string) error {
@@ -82,7 +30,7 @@ func unmount(target string) error {
 // mounted and what a killed debootstrap left behind.
 func sweepMounts(dir string) error {
 	for range 8 { // stacked mounts need one pass each
-		ms, err := mountsUnder(dir)
+		ms, err := mountinfo.Under(dir)
 		if err != nil || len(ms) == 0 {
 			return err
 		}
@@ -94,7 +42,7 @@ func sweepMounts(dir string) error {
 			return err
 		}
 	}
-	ms, err := mountsUnder(dir)
+	ms, err := mountinfo.Under(dir)
 	if err == nil && len(ms) > 0 {
 		err = fmt.Errorf("still mounted after unmounting: %s", strings.Join(ms, ", "))
 	}
@@ -111,7 +59,7 @@ func removeTree(dir string) error {
 	} else if err != nil {
 		return err
 	}
-	if ms, err := mountsUnder(real); err != nil {
+	if ms, err := mountinfo.Under(real); err != nil {
 		return err
 	} else if len(ms) > 0 {
 		return fmt.Errorf("refusing to remove %s: still mounted: %s", dir, strings.Join(ms, ", "))

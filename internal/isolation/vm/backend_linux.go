@@ -32,6 +32,7 @@ import (
 type Backend struct {
 	cfg  Config
 	kvm  KVM
+	root string           // QEMU's root directory (root_linux.go)
 	ids  *idmap.Allocator // the QEMU processes' uids
 	net  *network.Host
 	boot *bootCache
@@ -79,12 +80,19 @@ func New(cfg Config) (*Backend, error) {
 	case cfg.Accel == AccelKVM && !kvm.Usable:
 		return nil, fmt.Errorf("vm: accelerator kvm: %s", kvm.Why)
 	}
+	if err := checkConfinable(cfg.QEMU); err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
+	root := filepath.Join(cfg.Network.RunDir(), rootDirName)
+	if err := prepareRoot(root, KVM{Usable: cfg.Accel == AccelKVM, GID: kvm.GID}); err != nil {
+		return nil, fmt.Errorf("vm: %w", err)
+	}
 	ids, err := idmap.NewAllocator(cfg.UsernsDir, cfg.UsernsBase)
 	if err != nil {
 		return nil, fmt.Errorf("vm: %w", err)
 	}
 	b := &Backend{
-		cfg: cfg, kvm: kvm, ids: ids, net: cfg.Network,
+		cfg: cfg, kvm: kvm, root: root, ids: ids, net: cfg.Network,
 		boot: &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
 	}
 	if cfg.Snapshots {

@@ -1,6 +1,6 @@
 // Package vm is the microVM isolation backend: each sandbox is a guest
 // with its own Linux kernel, run by one QEMU process (machine type
-// microvm; KVM where /dev/kvm is usable, TCG emulation elsewhere).
+// microvm; KVM where DetectKVM finds it usable, TCG emulation elsewhere).
 //
 // # How a sandbox starts
 //
@@ -26,13 +26,14 @@
 //     the sandbox's uid;
 //  5. starts QEMU stopped (-S) from a thread in the sandbox's network
 //     namespace, as the first uid of the sandbox's range with no
-//     supplementary groups, in the cgroup <CgroupParent>/<id> (vCPUs,
-//     guest memory plus QEMU's overhead, pids), under QEMU's own seccomp
-//     filter (-sandbox on: no exec, no privilege or resource-limit
-//     changes). QEMU opens no host path: the kernel, initrd, disks, tap
-//     and the monitor's listening socket are descriptors it inherits
-//     (disks through fd sets);
-//  6. connects to QEMU's monitor (QMP) and lets the guest run. The
+//     supplementary groups (but /dev/kvm's under KVM), chrooted in a
+//     mount namespace of its own, in the cgroup <CgroupParent>/<id>
+//     (vCPUs, guest memory plus QEMU's overhead, pids), under QEMU's own
+//     seccomp filter (-sandbox on: no exec, no privilege or
+//     resource-limit changes). QEMU opens no host path: the kernel,
+//     initrd, disks, tap and the monitor's and console's listening
+//     sockets are descriptors it inherits (disks through fd sets);
+//  6. connects to QEMU's console and monitor (QMP) and lets the guest run. The
 //     manager then waits for envd (isolation.WaitEnvd) through Dial.
 //
 // In the guest, vminit loads the virtio modules, grows the root file
@@ -56,28 +57,45 @@
 // disk, into CacheDir/snapshots/<key>. Each later sandbox of that shape
 // gets a copy of that disk, a QEMU started with -incoming and the same
 // devices, the saved state loaded into it, and then, before anything of
-// the sandbox's runs, an identity of its own: vminit reads one JSON line
-// from its console (vminit.Identity: hostname, address and gateway, 64
-// random bytes it credits to the kernel's pool and reseeds from, the
-// time) and answers on it; the server then replaces the saved envd's
+// the sandbox's runs, an identity of its own: vminit reads a request
+// from its console (vminit.Request with an Identity: hostname, address
+// and gateway, 64 random bytes it credits to the kernel's pool and
+// reseeds from, the time) and answers on it; the server then replaces the saved envd's
 // token with the sandbox's (POST /init). What clones still share: the
 // guest kernel's address layout (KASLR) and the memory layout of init
 // and envd, as with every snapshot-restoring VM service.
+//
+// # Snapshots of a sandbox
+//
+// Instance.Snapshot saves a running sandbox the same way as a boot
+// snapshot (memory and disk), or its disk alone: then vminit first
+// freezes the root file system (FIFREEZE: its page cache written back,
+// writes held; it thaws by itself after vminit.FreezeLimit) so that the
+// copied overlay is whole. Start with Spec.Snapshot restores the first
+// kind into a VM of the same shape, with an identity and a token of its
+// own, and boots cold over the second.
+//
+// # The console and QEMU's confinement
+//
+// The serial console is a unix socket QEMU listens on (console_linux.go):
+// the backend connects before the guest runs and again after adopting
+// the VM; it keeps the console's tail for the exit reason and writes
+// vminit its requests (identity, freeze, thaw), answered on the console.
+// QEMU runs chrooted in a mount namespace of its own into a read-only root
+// with the host's /usr, a /proc of its own and five /dev nodes
+// (root_linux.go).
 //
 // # Pause, restart, cleanup
 //
 // Pause and Resume stop and continue the vCPUs (QMP stop/cont). QEMU
 // outlives the server: Adopt finds it again by pid and start time, and
-// reconnects to its monitor socket; the console of an adopted VM is not
-// read any more (it was a pipe to the server that started it), so its
-// exit reason is "QEMU exited". Cleanup kills the cgroup, releases the
-// network and the uid range and removes the directory.
+// reconnects to its monitor and console sockets. Cleanup kills the
+// cgroup, releases the network and the uid range and removes the
+// directory.
 //
 // # Not here yet
 //
 // Running the guest under Firecracker (its machine description and
 // jailer arguments are in package firecracker, unit-tested only: no
-// binary and no /dev/kvm on the hosts this was built on), a mount
-// namespace of QEMU's own with nothing but what it uses, save and
-// restore of a running sandbox through the isolation contract.
+// binary and no hardware KVM on the hosts this was built on).
 package vm

@@ -74,8 +74,10 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 		groups = append(groups, b.kvm.GID) // to open /dev/kvm, its one host path
 	}
 	cmd.SysProcAttr = &unix.SysProcAttr{
-		Setsid:     true,
-		Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: groups},
+		Setsid:       true,
+		Credential:   &syscall.Credential{Uid: uid, Gid: uid, Groups: groups},
+		Unshareflags: unix.CLONE_NEWNS,
+		Chroot:       b.root,
 	}
 	if cg.Mode() == cgroup.V2 {
 		fd, err := cg.OpenDir()

@@ -202,6 +202,26 @@ func TestBoot(t *testing.T) {
 	if got := sh(t, inst, tok, "grep -c '^virtio_blk ' /proc/modules"); got != "1" {
 		t.Errorf("virtio_blk loaded %q times, want 1 (by init)", got)
 	}
+	// QEMU is confined: its own mount namespace, rooted where it sees
+	// nothing of the host's but /usr and its own /proc and /dev.
+	self, _ := os.Readlink("/proc/self/ns/mnt")
+	if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", inst.pid)); err != nil || ns == self {
+		t.Errorf("QEMU's mount namespace %q (%v) is the server's %q", ns, err, self)
+	}
+	qroot, err1 := os.Stat(fmt.Sprintf("/proc/%d/root", inst.pid))
+	broot, err2 := os.Stat(b.root)
+	if err1 != nil || err2 != nil || !os.SameFile(qroot, broot) {
+		t.Errorf("QEMU's root is not %s (%v, %v)", b.root, err1, err2)
+	}
+	if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root", inst.pid)); err == nil {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		if got := strings.Join(names, " "); got != ".complete bin dev lib lib64 proc usr" {
+			t.Errorf("QEMU's root holds %s", got)
+		}
+	}
 	// Its quotas: CPUs, memory, the root file system grown to the disk size.
 	if got := sh(t, inst, tok, "nproc"); got != "1" {
 		t.Errorf("nproc = %q, want 1", got)

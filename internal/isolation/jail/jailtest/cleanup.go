@@ -1,17 +1,13 @@
 package jailtest
 
 import (
-	"bufio"
 	"context"
-	"os"
-	"path/filepath"
-	"sort"
-	"strconv"
-	"strings"
 	"testing"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/mountinfo"
+	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
 // CleanupRunDir has t, when it ends, remove what a backend on runDir with
@@ -27,52 +23,13 @@ func CleanupRunDir(t testing.TB, runDir, cgParent string) {
 // across restarts; a test must not, or its temporary directory cannot be
 // removed.
 func Release(runDir, cgParent string) {
-	for _, m := range mountsUnder(runDir) {
+	mounts, _ := mountinfo.Under(runDir)
+	for _, m := range mounts {
 		_ = unix.Unmount(m, unix.MNT_DETACH)
 	}
 	for _, d := range CgroupParentDirs(cgParent) {
 		_ = unix.Rmdir(d)
 	}
-}
-
-// mountsUnder lists the mount points at or below dir, deepest first.
-func mountsUnder(dir string) []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	dir = filepath.Clean(dir)
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		p := unescapeMountPath(fields[4])
-		if p == dir || strings.HasPrefix(p, dir+"/") {
-			mounts = append(mounts, p)
-		}
-	}
-	sort.Slice(mounts, func(i, j int) bool { return len(mounts[i]) > len(mounts[j]) })
-	return mounts
-}
-
-// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountPath(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Network returns prepared host networking (network.Host) over pool and
