@@ -20,8 +20,9 @@ for arg in "$@"; do
 	*) echo "install-deps: unknown argument $arg (want --test or --vm)" >&2; exit 2 ;;
 	esac
 done
-# What the server's --backend auto tests: /dev/kvm opens read-write.
-if ! $vm && (: <>/dev/kvm) 2>/dev/null; then
+# Roughly what the server's --backend auto tests (vm.DetectKVM): /dev/kvm
+# opens read-write and is hardware virtualisation (kvm_intel or kvm_amd).
+if ! $vm && (: <>/dev/kvm) 2>/dev/null && { [ -d /sys/module/kvm_intel ] || [ -d /sys/module/kvm_amd ]; }; then
 	vm=true
 fi
 
