@@ -59,7 +59,10 @@ type Config struct {
 	// BodyTimeout bounds the time a client may take to send a JSON body
 	// (default DefaultBodyTimeout).
 	BodyTimeout time.Duration
-	Log         *slog.Logger
+	// DefaultTimeout is the timeout of a v2 create or connect that sends
+	// none (default DefaultSandboxTimeout, E2B's).
+	DefaultTimeout time.Duration
+	Log            *slog.Logger
 	// Now returns the current time (default time.Now).
 	Now func() time.Time
 }
@@ -74,6 +77,7 @@ type Handler struct {
 	ready       func() bool
 	maxBody     int64
 	bodyTimeout time.Duration
+	defTimeout  time.Duration
 	log         *slog.Logger
 	now         func() time.Time
 
@@ -97,6 +101,7 @@ func New(cfg Config) (*Handler, error) {
 		ready:       cfg.Ready,
 		maxBody:     cfg.MaxBodyBytes,
 		bodyTimeout: cfg.BodyTimeout,
+		defTimeout:  cfg.DefaultTimeout,
 		log:         cfg.Log,
 		now:         cfg.Now,
 	}
@@ -108,6 +113,9 @@ func New(cfg Config) (*Handler, error) {
 	}
 	if h.bodyTimeout <= 0 {
 		h.bodyTimeout = DefaultBodyTimeout
+	}
+	if h.defTimeout <= 0 {
+		h.defTimeout = DefaultSandboxTimeout
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -182,7 +190,8 @@ func (h *Handler) auth(next http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing API key: set the X-API-Key header")
 			return
 		}
-		if _, err := h.keys.VerifyAPIKey(r.Context(), key); err != nil {
+		k, err := h.keys.VerifyAPIKey(r.Context(), key)
+		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
 				writeError(w, http.StatusUnauthorized, "invalid API key")
 				return
@@ -195,8 +204,34 @@ func (h *Handler) auth(next http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusServiceUnavailable, notReadyMessage)
 			return
 		}
-		next(w, r)
+		next(w, r.WithContext(context.WithValue(r.Context(), apiKeyContext{}, k)))
 	})
+}
+
+// apiKeyContext keys the request's verified store.APIKey in its context.
+type apiKeyContext struct{}
+
+// timeout converts a timeout in seconds from a request (seconds) and holds
+// it to the limit of the request's API key; ok is false when the request
+// has been answered with a 400.
+func (h *Handler) timeout(w http.ResponseWriter, r *http.Request, n int64) (d time.Duration, ok bool) {
+	d, msg := seconds("timeout", n)
+	if msg != "" {
+		writeError(w, http.StatusBadRequest, msg)
+		return 0, false
+	}
+	return d, h.withinKeyLimit(w, r, d)
+}
+
+// withinKeyLimit holds timeout d to the limit of the request's API key,
+// answering 400 when it is beyond.
+func (h *Handler) withinKeyLimit(w http.ResponseWriter, r *http.Request, d time.Duration) bool {
+	k, _ := r.Context().Value(apiKeyContext{}).(store.APIKey)
+	if err := sandbox.CheckTimeoutLimit(d, k.MaxTimeout, "this API key's limit"); err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return false
+	}
+	return true
 }
 
 // notReadyMessage answers every call made before the server can create

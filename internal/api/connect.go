@@ -55,7 +55,7 @@ func (h *Handler) connectV2(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, notSupported("memory false", "resuming with a cold boot from the disk; a sandbox resumes with its memory"))
 		return
 	}
-	timeout := int64(defaultTimeoutV2 / time.Second)
+	timeout := int64(h.defTimeout / time.Second)
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 	}
@@ -65,9 +65,8 @@ func (h *Handler) connectV2(w http.ResponseWriter, r *http.Request) {
 // connect extends a running sandbox (200) or resumes a paused one (201).
 func (h *Handler) connect(w http.ResponseWriter, r *http.Request, timeout int64) {
 	id := r.PathValue("id")
-	d, msg := seconds("timeout", timeout)
-	if msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
+	d, ok := h.timeout(w, r, timeout)
+	if !ok {
 		return
 	}
 	sb, resumed, err := h.sandboxes.Connect(r.Context(), id, d)

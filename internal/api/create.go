@@ -14,7 +14,9 @@ import (
 // Server-side create defaults (spec §2.3).
 const (
 	defaultTimeoutV1 = 15 * time.Second
-	defaultTimeoutV2 = 300 * time.Second
+	// DefaultSandboxTimeout is E2B's for creates and connects of the v2
+	// API that send none (Config.DefaultTimeout).
+	DefaultSandboxTimeout = 300 * time.Second
 )
 
 // createBody is NewSandbox (v1) and NewSandboxV2; v2 has no secure field.
@@ -74,7 +76,7 @@ func (h *Handler) createV1(w http.ResponseWriter, r *http.Request) {
 
 // createV2 implements POST /v2/sandboxes: timeout 300 s, always secure.
 func (h *Handler) createV2(w http.ResponseWriter, r *http.Request) {
-	h.create(w, r, defaultTimeoutV2, true)
+	h.create(w, r, h.defTimeout, true)
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout time.Duration, v2 bool) {
@@ -92,12 +94,13 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout time
 	}
 	timeout := defTimeout
 	if body.Timeout != nil {
-		d, msg := seconds("timeout", *body.Timeout)
-		if msg != "" {
-			writeError(w, http.StatusBadRequest, msg)
+		d, ok := h.timeout(w, r, *body.Timeout)
+		if !ok {
 			return
 		}
 		timeout = d
+	} else if !h.withinKeyLimit(w, r, timeout) {
+		return
 	}
 	network := body.Network
 	if bytes.Equal(bytes.TrimSpace(network), []byte("null")) {

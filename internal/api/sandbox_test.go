@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -195,5 +196,35 @@ func TestGetInfoOfEndedSandboxNamesTheReason(t *testing.T) {
 	want := `{"code":404,"message":"sandbox \"inope\" doesn't exist or you don't have access to it (it ended at 2025-01-02T03:04:05Z: timeout)"}`
 	if res.Code != 404 || strings.TrimSpace(res.Body.String()) != want {
 		t.Errorf("got %d %s\nwant 404 %s", res.Code, res.Body, want)
+	}
+}
+
+// A key's own timeout limit holds on create, connect and setTimeout, with
+// the limit in the message, whatever the server's.
+func TestKeyTimeoutLimit(t *testing.T) {
+	limited, _, err := keys.CreateAPIKey(context.Background(), "one hour", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tooLong = `{"code":400,"message":"Timeout cannot be greater than 1 hours (this API key's limit)"}`
+	key := map[string]string{"X-API-Key": limited}
+	const runningID = "isb1"
+	h := newHandler(t, newFake(running(runningID)))
+	for _, c := range []apiCase{
+		{name: "create beyond", method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base","timeout":3601}`, header: key, status: 400, wantJSON: tooLong},
+		{name: "create within", method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base","timeout":3600}`, header: key, status: 201},
+		{name: "connect beyond", method: "POST", target: "/sandboxes/" + runningID + "/connect", body: `{"timeout":7200}`, header: key, status: 400, wantJSON: tooLong},
+		{name: "setTimeout beyond", method: "POST", target: "/sandboxes/" + runningID + "/timeout", body: `{"timeout":7200}`, header: key, status: 400, wantJSON: tooLong},
+		{name: "another key is not held to it", method: "POST", target: "/sandboxes/" + runningID + "/timeout", body: `{"timeout":7200}`, status: 204},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := serve(h, c)
+			if w.Code != c.status {
+				t.Fatalf("status %d, want %d; body %s", w.Code, c.status, w.Body)
+			}
+			if c.wantJSON != "" {
+				assertJSON(t, w.Body.Bytes(), c.wantJSON)
+			}
+		})
 	}
 }

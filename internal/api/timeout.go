@@ -10,9 +10,8 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	d, msg := seconds("timeout", timeout)
-	if msg != "" {
-		writeError(w, http.StatusBadRequest, msg)
+	d, ok := h.timeout(w, r, timeout)
+	if !ok {
 		return
 	}
 	if err := h.sandboxes.SetTimeout(r.Context(), id, d); err != nil {

@@ -47,6 +47,9 @@ database keeps only its hash. Clients send it as E2B_API_KEY.
 	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {
 		dataDir := addDataDirFlag(fs)
 		name := fs.String("name", "", "a `NAME` for the key, to tell keys apart (required)")
+		var maxTimeout time.Duration
+		fs.Var(funcValue{set: func(v string) (err error) { maxTimeout, err = parseLongDuration(v); return err }, get: func() string { return formatLongDuration(maxTimeout) }},
+			"max-timeout", "longest sandbox lifetime a request with this key may ask for: `DURATION` like 1h or 7d; 0 = the server's --max-timeout alone (the tighter of the two applies)")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) > 0 {
 				return fmt.Errorf("unexpected argument %q", args[0])
@@ -59,7 +62,7 @@ database keeps only its hash. Clients send it as E2B_API_KEY.
 				return err
 			}
 			defer st.Close()
-			key, info, err := st.CreateAPIKey(ctx, *name)
+			key, info, err := st.CreateAPIKey(ctx, *name, maxTimeout)
 			if err != nil {
 				return err
 			}
@@ -100,10 +103,12 @@ CREATED and LAST USED.
 					Key        string     `json:"key"` // masked
 					CreatedAt  time.Time  `json:"createdAt"`
 					LastUsedAt *time.Time `json:"lastUsedAt,omitempty"`
+					// MaxTimeout is in seconds; absent: no limit of the key's own.
+					MaxTimeout int64 `json:"maxTimeout,omitempty"`
 				}
 				out := []keyJSON{}
 				for _, k := range keys {
-					j := keyJSON{ID: k.ID, Name: k.Name, Key: k.Masked(), CreatedAt: k.CreatedAt}
+					j := keyJSON{ID: k.ID, Name: k.Name, Key: k.Masked(), CreatedAt: k.CreatedAt, MaxTimeout: int64(k.MaxTimeout / time.Second)}
 					if !k.LastUsedAt.IsZero() {
 						j.LastUsedAt = &k.LastUsedAt
 					}
@@ -114,9 +119,13 @@ CREATED and LAST USED.
 				return enc.Encode(out)
 			}
 			tw := tabwriter.NewWriter(std.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED")
+			fmt.Fprintln(tw, "ID\tNAME\tKEY\tCREATED\tLAST USED\tMAX TIMEOUT")
 			for _, k := range keys {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Masked(), formatTime(k.CreatedAt), formatTime(k.LastUsedAt))
+				limit := "-"
+				if k.MaxTimeout > 0 {
+					limit = formatLongDuration(k.MaxTimeout)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", k.ID, k.Name, k.Masked(), formatTime(k.CreatedAt), formatTime(k.LastUsedAt), limit)
 			}
 			return tw.Flush()
 		}

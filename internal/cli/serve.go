@@ -77,7 +77,11 @@ Environment:
 			"max-sandboxes", "most sandboxes running at once, warm pool members included: `N`, 0 for no cap, or auto: the host's memory less an eighth (at least 1GiB) kept for the host, over the --memory-mb each sandbox may use"+hostMaxSandboxes(cfg.MemoryMB))
 		fs.Var(funcValue{set: func(v string) (err error) { cfg.DiskReserve, err = sandbox.ParseDiskReserve(v); return err }, get: cfg.DiskReserve.String},
 			"disk-reserve", "free disk kept under DIR/sandboxes: a create is refused (507) while less than this plus the sandbox's disk size is free; `SIZE` like 4GiB, or a percentage of the file system like 5%")
-		fs.Var(funcValue{set: func(v string) (err error) { cfg.PausedRetention, err = parseRetention(v); return err }, get: func() string { return formatRetention(cfg.PausedRetention) }},
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.MaxTimeout, err = parseLongDuration(v); return err }, get: func() string { return formatLongDuration(cfg.MaxTimeout) }},
+			"max-timeout", "longest sandbox lifetime a create, connect or setTimeout may ask for: `DURATION` like 1h, 72h or 30d; 0 = no limit (a request beyond it is answered 400 naming the limit; keys create --max-timeout sets one per API key, and the tighter applies)")
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.DefaultTimeout, err = parseLongDuration(v); return err }, get: func() string { return formatLongDuration(cfg.DefaultTimeout) }},
+			"default-timeout", "lifetime of a sandbox whose create (or connect) names none, as the v2 SDKs do: `DURATION` in whole seconds, at most --max-timeout")
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.PausedRetention, err = parseLongDuration(v); return err }, get: func() string { return formatLongDuration(cfg.PausedRetention) }},
 			"paused-retention", "how long a sandbox stays paused before it is killed, the reason recorded: `DURATION` like 30d or 12h; 0 = until killed")
 		fs.Var(funcValue{set: func(v string) error {
 			n, err := bytesize.Parse(v)
@@ -165,9 +169,9 @@ func hostMaxSandboxes(memoryMB int) string {
 	return fmt.Sprintf(" (%d on this host)", n)
 }
 
-// parseRetention reads a duration in whole days ("30d") or as Go writes
+// parseLongDuration reads a duration in whole days ("30d") or as Go writes
 // durations ("12h", "90m").
-func parseRetention(v string) (time.Duration, error) {
+func parseLongDuration(v string) (time.Duration, error) {
 	if days, ok := strings.CutSuffix(v, "d"); ok {
 		n, err := strconv.Atoi(days)
 		if err != nil || n < 0 {
@@ -182,8 +186,8 @@ func parseRetention(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// formatRetention is the inverse of parseRetention.
-func formatRetention(d time.Duration) string {
+// formatLongDuration is the inverse of parseLongDuration.
+func formatLongDuration(d time.Duration) string {
 	if d > 0 && d%(24*time.Hour) == 0 {
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}

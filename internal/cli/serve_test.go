@@ -27,18 +27,18 @@ func TestParseMaxSandboxes(t *testing.T) {
 
 func TestParseRetention(t *testing.T) {
 	for in, want := range map[string]time.Duration{"30d": 30 * 24 * time.Hour, "1d": 24 * time.Hour, "12h": 12 * time.Hour, "90m": 90 * time.Minute, "0": 0, "0d": 0} {
-		if got, err := parseRetention(in); err != nil || got != want {
-			t.Errorf("parseRetention(%q) = %v, %v, want %v", in, got, err, want)
+		if got, err := parseLongDuration(in); err != nil || got != want {
+			t.Errorf("parseLongDuration(%q) = %v, %v, want %v", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"", "-1d", "-5m", "1.5d", "soon"} {
-		if got, err := parseRetention(in); err == nil {
-			t.Errorf("parseRetention(%q) = %v, want an error", in, got)
+		if got, err := parseLongDuration(in); err == nil {
+			t.Errorf("parseLongDuration(%q) = %v, want an error", in, got)
 		}
 	}
 	for d, want := range map[time.Duration]string{30 * 24 * time.Hour: "30d", 12 * time.Hour: "12h0m0s", 0: "0s"} {
-		if got := formatRetention(d); got != want {
-			t.Errorf("formatRetention(%v) = %q, want %q", d, got, want)
+		if got := formatLongDuration(d); got != want {
+			t.Errorf("formatLongDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }

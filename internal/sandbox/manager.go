@@ -23,6 +23,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -84,7 +85,7 @@ type Config struct {
 	// create request may ask for (network.bandwidth); zero: unlimited.
 	MaxBandwidth network.Bandwidth
 
-	MaxTimeout    time.Duration // longest allowed timeout (default 24h)
+	MaxTimeout    time.Duration // longest allowed timeout (default 24h; NoTimeoutLimit for none)
 	MetricsEvery  time.Duration // sampling period (default 5s)
 	DefaultCPU    int           // default 2
 	DefaultMemory int           // MB, default 512
@@ -127,6 +128,10 @@ type Config struct {
 	// take the DefaultStep* values.
 	StepResources isolation.Resources
 }
+
+// NoTimeoutLimit as Config.MaxTimeout lets a sandbox ask for any timeout
+// the API can carry.
+const NoTimeoutLimit time.Duration = math.MaxInt64
 
 // Defaults of the zero Config fields.
 const (
@@ -553,17 +558,28 @@ func conflict(format string, args ...any) error {
 	return &userError{kind: ErrConflict, msg: fmt.Sprintf(format, args...)}
 }
 
-// checkTimeout validates a create, connect or set-timeout duration.
+// checkTimeout validates a create, connect or set-timeout duration
+// against the server's limit.
 func (m *Manager) checkTimeout(d time.Duration) error {
 	if d <= 0 {
 		return invalid("Timeout must be greater than 0 seconds")
 	}
-	if d > m.cfg.MaxTimeout {
-		max := m.cfg.MaxTimeout
-		if max%time.Hour == 0 {
-			return invalid("Timeout cannot be greater than %d hours", max/time.Hour)
-		}
-		return invalid("Timeout cannot be greater than %d seconds", max/time.Second)
+	return CheckTimeoutLimit(d, m.cfg.MaxTimeout, "")
+}
+
+// CheckTimeoutLimit refuses a timeout d beyond max (an ErrInvalid in E2B's
+// words, with whose limit it is when whose is set); max 0 or
+// NoTimeoutLimit is none.
+func CheckTimeoutLimit(d, max time.Duration, whose string) error {
+	if max <= 0 || d <= max {
+		return nil
 	}
-	return nil
+	limit := fmt.Sprintf("%d seconds", max/time.Second)
+	if max%time.Hour == 0 {
+		limit = fmt.Sprintf("%d hours", max/time.Hour)
+	}
+	if whose != "" {
+		return invalid("Timeout cannot be greater than %s (%s)", limit, whose)
+	}
+	return invalid("Timeout cannot be greater than %s", limit)
 }

@@ -82,6 +82,12 @@ type Config struct {
 	// DiskReserve is the free space creates leave on the file system of
 	// DataDir/sandboxes, beyond the new sandbox's disk size.
 	DiskReserve sandbox.DiskReserve
+	// MaxTimeout is the longest timeout a create, connect or set-timeout
+	// may ask for (beyond it: 400 naming the limit); 0 = no limit.
+	// DefaultTimeout is the timeout of a create or connect that sends
+	// none (what the v2 SDKs do).
+	MaxTimeout     time.Duration
+	DefaultTimeout time.Duration
 	// PausedRetention is how long a sandbox stays paused before it is
 	// killed; 0 = until it is killed or resumed.
 	PausedRetention time.Duration
@@ -168,6 +174,8 @@ func DefaultConfig() Config {
 		MaxSandboxes:       MaxSandboxesAuto,
 		DiskReserve:        DefaultDiskReserve,
 		PausedRetention:    sandbox.DefaultPausedRetention,
+		MaxTimeout:         sandbox.DefaultMaxTimeout,
+		DefaultTimeout:     api.DefaultSandboxTimeout,
 		MaxBuildContext:    DefaultMaxBuildContext,
 		MaxConnsPerSandbox: DefaultMaxConnsPerSandbox,
 		CPUCount:           min(DefaultCPUCount, runtime.NumCPU()),
@@ -274,6 +282,15 @@ func (c *Config) Validate() error {
 		c.MaxSandboxes = n
 	case c.MaxSandboxes < 0:
 		return fmt.Errorf("--max-sandboxes %d: want auto, 0 (no cap) or more", c.MaxSandboxes)
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = api.DefaultSandboxTimeout
+	}
+	if c.MaxTimeout < 0 {
+		return fmt.Errorf("--max-timeout %s: want 0 (no limit) or more", c.MaxTimeout)
+	}
+	if c.DefaultTimeout < time.Second || c.DefaultTimeout%time.Second != 0 || (c.MaxTimeout > 0 && c.DefaultTimeout > c.MaxTimeout) {
+		return fmt.Errorf("--default-timeout %s: want whole seconds, at least 1s and at most --max-timeout (%s)", c.DefaultTimeout, c.MaxTimeout)
 	}
 	if c.PausedRetention < 0 {
 		return fmt.Errorf("--paused-retention %s: want 0 (until killed) or more", c.PausedRetention)

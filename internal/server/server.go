@@ -118,6 +118,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		DiskDir:         sandboxesDir(cfg),
 		DiskReserve:     cfg.DiskReserve,
 		PausedRetention: cfg.PausedRetention,
+		MaxTimeout:      maxTimeout(cfg.MaxTimeout),
 		DefaultCPU:      cfg.CPUCount,
 		DefaultMemory:   cfg.MemoryMB,
 		DefaultDiskIO:   cfg.DiskIO,
@@ -194,7 +195,7 @@ func (s *Server) ensureAPIKeys(ctx context.Context) (string, error) {
 	if len(keys) > 0 {
 		return "", nil // the operator manages keys; none to print
 	}
-	key, _, err := s.store.CreateAPIKey(ctx, "default")
+	key, _, err := s.store.CreateAPIKey(ctx, "default", 0)
 	if err != nil {
 		return "", fmt.Errorf("creating the default API key: %w", err)
 	}
@@ -317,8 +318,9 @@ func (s *Server) routes() (http.Handler, error) {
 		EnvdVersion: envd.Version,
 		Domain:      s.cfg.Domain,
 		Templates:   s.builds,
-		Ready:       s.ready.Load,
-		Log:         s.log.With("component", "api"),
+		Ready:          s.ready.Load,
+		DefaultTimeout: s.cfg.DefaultTimeout,
+		Log:            s.log.With("component", "api"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the API: %w", err)
@@ -328,4 +330,12 @@ func (s *Server) routes() (http.Handler, error) {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}
 	return s.router.Front(apiHandler), nil
+}
+
+// maxTimeout is the manager's limit for --max-timeout d (0: none).
+func maxTimeout(d time.Duration) time.Duration {
+	if d == 0 {
+		return sandbox.NoTimeoutLimit
+	}
+	return d
 }

@@ -33,6 +33,9 @@ type APIKey struct {
 	Suffix     string
 	CreatedAt  time.Time
 	LastUsedAt time.Time // zero if never used
+	// MaxTimeout is the longest sandbox timeout a request with this key
+	// may ask for; 0: none of its own (the server's applies).
+	MaxTimeout time.Duration
 }
 
 // Masked returns the key's display form, e.g. "e2b_3f...a91c".
@@ -46,25 +49,29 @@ func hashAPIKey(plaintext string) []byte {
 	return h[:]
 }
 
-const apiKeyColumns = `id, name, prefix, suffix, created_at, last_used_at`
+const apiKeyColumns = `id, name, prefix, suffix, created_at, last_used_at, max_timeout`
 
 func scanAPIKey(row scanner) (APIKey, error) {
 	var (
 		k                   APIKey
 		createdAt, lastUsed sql.NullInt64
 	)
-	if err := row.Scan(&k.ID, &k.Name, &k.Prefix, &k.Suffix, &createdAt, &lastUsed); err != nil {
+	if err := row.Scan(&k.ID, &k.Name, &k.Prefix, &k.Suffix, &createdAt, &lastUsed, &k.MaxTimeout); err != nil {
 		return APIKey{}, err
 	}
 	k.CreatedAt, k.LastUsedAt = fromNanos(createdAt), fromNanos(lastUsed)
 	return k, nil
 }
 
-// CreateAPIKey generates a new random key named name and stores its hash. The
-// plaintext is returned only here; it cannot be recovered later.
-func (s *Store) CreateAPIKey(ctx context.Context, name string) (string, APIKey, error) {
+// CreateAPIKey generates a new random key named name, limited to sandbox
+// timeouts of maxTimeout (0: no limit of its own), and stores its hash.
+// The plaintext is returned only here; it cannot be recovered later.
+func (s *Store) CreateAPIKey(ctx context.Context, name string, maxTimeout time.Duration) (string, APIKey, error) {
+	if maxTimeout < 0 {
+		return "", APIKey{}, fmt.Errorf("creating api key: max timeout %v is negative: %w", maxTimeout, ErrInvalid)
+	}
 	plaintext := APIKeyPrefix + hex.EncodeToString(randomBytes(20))
-	k, created, err := s.addAPIKey(ctx, name, plaintext)
+	k, created, err := s.addAPIKey(ctx, name, plaintext, maxTimeout)
 	if err != nil {
 		return "", APIKey{}, fmt.Errorf("creating api key: %w", err)
 	}
@@ -85,7 +92,7 @@ func (s *Store) AddAPIKey(ctx context.Context, name, plaintext string) (APIKey, 
 		return APIKey{}, fmt.Errorf("adding api key %q: key must be %q followed by 40 lower-case hex characters: %w",
 			name, APIKeyPrefix, ErrInvalid)
 	}
-	k, _, err := s.addAPIKey(ctx, name, plaintext)
+	k, _, err := s.addAPIKey(ctx, name, plaintext, 0)
 	if err != nil {
 		return APIKey{}, fmt.Errorf("adding api key %q: %w", name, err)
 	}
@@ -94,23 +101,24 @@ func (s *Store) AddAPIKey(ctx context.Context, name, plaintext string) (APIKey, 
 
 // addAPIKey inserts the hash of plaintext unless it is stored already, and
 // returns the stored key and whether it was inserted now.
-func (s *Store) addAPIKey(ctx context.Context, name, plaintext string) (APIKey, bool, error) {
+func (s *Store) addAPIKey(ctx context.Context, name, plaintext string, maxTimeout time.Duration) (APIKey, bool, error) {
 	hash := hashAPIKey(plaintext)
 	k := APIKey{
 		ID:        hex.EncodeToString(randomBytes(8)),
 		Name:      name,
 		Prefix:    plaintext[:len(APIKeyPrefix)+2],
 		Suffix:    plaintext[len(plaintext)-4:],
-		CreatedAt: time.Unix(0, s.now().UnixNano()).UTC(),
+		CreatedAt:  time.Unix(0, s.now().UnixNano()).UTC(),
+		MaxTimeout: maxTimeout,
 	}
 	var (
 		out     APIKey
 		created bool
 	)
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, hash, prefix, suffix, created_at)
-			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
-			k.ID, k.Name, hash, k.Prefix, k.Suffix, k.CreatedAt.UnixNano())
+		res, err := tx.ExecContext(ctx, `INSERT INTO api_keys (id, name, hash, prefix, suffix, created_at, max_timeout)
+			VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
+			k.ID, k.Name, hash, k.Prefix, k.Suffix, k.CreatedAt.UnixNano(), int64(k.MaxTimeout))
 		if err != nil {
 			return err
 		}
@@ -184,7 +192,7 @@ func (s *Store) VerifyAPIKey(ctx context.Context, plaintext string) (APIKey, err
 		stored              []byte
 	)
 	err := s.r.QueryRowContext(ctx, `SELECT `+apiKeyColumns+`, hash FROM api_keys WHERE hash = ?`, hash).
-		Scan(&k.ID, &k.Name, &k.Prefix, &k.Suffix, &createdAt, &lastUsed, &stored)
+		Scan(&k.ID, &k.Name, &k.Prefix, &k.Suffix, &createdAt, &lastUsed, &k.MaxTimeout, &stored)
 	if errors.Is(err, sql.ErrNoRows) {
 		return APIKey{}, fmt.Errorf("verifying api key: %w", ErrNotFound)
 	}

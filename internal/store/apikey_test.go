@@ -21,7 +21,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	fakeClock(s, &now)
 
-	plaintext, key, err := s.CreateAPIKey(ctx, "laptop")
+	plaintext, key, err := s.CreateAPIKey(ctx, "laptop", 0)
 	if err != nil {
 		t.Fatalf("CreateAPIKey: %v", err)
 	}
@@ -35,7 +35,7 @@ func TestAPIKeyLifecycle(t *testing.T) {
 	if got, want := key.Masked(), plaintext[:6]+"..."+plaintext[40:]; got != want {
 		t.Errorf("Masked() = %q, want %q", got, want)
 	}
-	other, _, err := s.CreateAPIKey(ctx, "ci")
+	other, _, err := s.CreateAPIKey(ctx, "ci", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +198,7 @@ func TestAddAPIKeyValidation(t *testing.T) {
 func TestAPIKeyStoredAsHashOnly(t *testing.T) {
 	s, path := openTest(t)
 	ctx := context.Background()
-	created, _, err := s.CreateAPIKey(ctx, "secret")
+	created, _, err := s.CreateAPIKey(ctx, "secret", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

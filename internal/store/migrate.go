@@ -96,6 +96,11 @@ UPDATE sandboxes SET secure = 1 WHERE envd_access_token != '';
 ALTER TABLE template_builds ADD COLUMN cpu_count INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE template_builds ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
 `,
+	// 5: the longest sandbox timeout an API key may ask for, in
+	// nanoseconds; 0: the key has no limit of its own.
+	`
+ALTER TABLE api_keys ADD COLUMN max_timeout INTEGER NOT NULL DEFAULT 0 CHECK (max_timeout >= 0);
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,

@@ -145,7 +145,7 @@ func TestReopenKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plaintext, key, err := s.CreateAPIKey(ctx, "ci")
+	plaintext, key, err := s.CreateAPIKey(ctx, "ci", 0)
 	if err != nil {
 		t.Fatal(err)
 	}

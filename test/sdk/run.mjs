@@ -50,6 +50,15 @@ const BACKEND = process.env.SDK_TEST_BACKEND || 'jail'
 const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || (BACKEND === 'vm' ? 2 : 5))
 /** The server files that make up the SDK core every backend must pass. */
 const VM_CORE_FILES = ['lifecycle', 'router', 'ports']
+/**
+ * Server files that need a server of their own, started with these flags:
+ * each runs alone (jail backend, header mode) after the shared server's
+ * files, and only when the whole server suite or the file is asked for.
+ */
+const SOLO_FILES = {
+  'timeout-limit': ['--max-timeout', '2h'],
+  'timeout-unlimited': ['--max-timeout', '0'],
+}
 /** Metadata key every server-suite sandbox carries (see server/helpers.mjs). */
 const RUN_META_KEY = 'sdkTestRun'
 
@@ -172,15 +181,18 @@ function setupFailure(name, err) {
  * Server suite, one mode: start `agent-sandbox serve`, run the files with
  * the SDK pointed at it, kill leftover sandboxes, stop the server.
  */
-async function runServerMode(mode, files) {
-  const label = BACKEND === 'jail' ? `server[${mode}] ` : `server[${BACKEND},${mode}] `
-  console.log(`\n=== server suite, ${BACKEND} backend, ${mode} mode (data dir ${serverDataDir(BACKEND)}) ===`)
+async function runServerMode(mode, files, flags = []) {
+  const tags = [BACKEND === 'jail' ? '' : BACKEND, mode, flags.join(' ')].filter(Boolean)
+  const label = `server[${tags.join(',')}] `
+  console.log(`\n=== server suite, ${BACKEND} backend, ${mode} mode${flags.length ? `, ${flags.join(' ')}` : ''} (data dir ${serverDataDir(BACKEND)}) ===`)
   // The registry the fromImage tests may pull from: on loopback, so the
   // server reaches it only because --registry allows it.
   const registry = await startRegistry({ 'x:latest': imageOf(TEST_IMAGE_FILES) })
   let server
   try {
-    server = await startServer({ mode, backend: BACKEND, extraArgs: ['--registry', registry.host] })
+    // A server of its own builds no templates but base.
+    const templates = flags.length ? { templates: [] } : {}
+    server = await startServer({ mode, backend: BACKEND, extraArgs: ['--registry', registry.host, ...flags], ...templates })
   } catch (err) {
     await registry.close()
     console.error(`server (${mode}) setup failed: ${err.message}`)
@@ -205,6 +217,7 @@ async function runServerMode(mode, files) {
       SDK_TEST_API_URL: server.url,
       SDK_TEST_RUN: runTag,
       SDK_TEST_REGISTRY: registry.host,
+      SDK_TEST_DATA_DIR: server.dataDir,
     })
     result = await runTests(files, { concurrency: SERVER_CONCURRENCY, timeout: SERVER_FILE_TIMEOUT_MS, label })
     console.log(`server suite (${mode}) took ${((Date.now() - t0) / 1000).toFixed(0)} s`)
@@ -227,13 +240,19 @@ async function runServerMode(mode, files) {
 async function runServerSuite(areas) {
   if (BACKEND !== 'jail' && BACKEND !== 'vm') throw new Error(`unknown SDK_TEST_BACKEND '${BACKEND}' (jail, vm)`)
   const vm = BACKEND === 'vm'
+  const isSolo = (f) => basename(f, '.test.mjs') in SOLO_FILES
   const files = testFiles(SERVER_TEST_DIR, vm && areas.length === 0 ? VM_CORE_FILES : areas)
+  const shared = files.filter((f) => !isSolo(f))
+  const solo = vm ? [] : files.filter(isSolo)
   const modes = (process.env.SDK_TEST_SERVER_MODES || (vm ? 'header' : 'header,tls')).split(',').map((m) => m.trim()).filter(Boolean)
   const results = []
   // One after the other: two servers must not share one data dir (database).
   for (const mode of modes) {
     if (mode !== 'header' && mode !== 'tls') throw new Error(`unknown server mode '${mode}' (header, tls)`)
-    results.push(await runServerMode(mode, files))
+    if (shared.length) results.push(await runServerMode(mode, shared))
+  }
+  for (const f of solo) {
+    results.push(await runServerMode('header', [f], [...SOLO_FILES[basename(f, '.test.mjs')], '--warm-pool', 'none']))
   }
   return results
 }

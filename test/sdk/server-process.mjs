@@ -130,7 +130,7 @@ export async function startServer({
   if (tls) args.push('--tls', '--domain', domain)
   args.push(...extraArgs)
 
-  const child = spawnTracked(bin, args, { logKeep: LOG_KEEP, graceMs: STOP_GRACE_MS })
+  const child = await spawnWhenHostFree(bin, args)
   const { stop, output } = child
 
   const url = tls ? `https://api.${domain}` : `http://${listen}`
@@ -178,6 +178,27 @@ export async function startServer({
   const server = { mode, backend, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output }
   server.api = (method, path, body) => apiRequest(server, method, path, body)
   return server
+}
+
+/** How long startServer waits for another process to let go of the host's sandbox networking. */
+const HOST_LOCK_WAIT_MS = 30 * 60_000
+const HOST_LOCK_HELD = /sandbox networking on this host is in use by (.*?): one server per host/
+
+/**
+ * Spawns the server; when it exits at once because another server or root
+ * test holds the host's sandbox networking (one per host; never the case in
+ * CI, where nothing else runs), waits and tries again, saying who holds it.
+ */
+async function spawnWhenHostFree(bin, args) {
+  const deadline = Date.now() + HOST_LOCK_WAIT_MS
+  for (;;) {
+    const child = spawnTracked(bin, args, { logKeep: LOG_KEEP, graceMs: STOP_GRACE_MS })
+    for (let i = 0; i < 20 && !child.exited(); i++) await sleep(100)
+    const held = child.exited() && HOST_LOCK_HELD.exec(child.output())
+    if (!held || Date.now() > deadline) return child
+    console.log(`  … the host's sandbox networking is held by ${held[1]}; trying again in 10 s`)
+    await sleep(10_000)
+  }
 }
 
 /**
