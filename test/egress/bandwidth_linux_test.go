@@ -23,12 +23,17 @@ func testBandwidth(t *testing.T, h *harness) {
 	const bytes = capMbit * 1e6 / 8 * 4 // about 4 s at the cap
 	for _, dir := range []struct {
 		name string
-		args []string
+		args func(n int) []string
 	}{
-		{"download", []string{"download", fmt.Sprintf("http://allowed.test/bytes?n=%d", int(bytes))}},
-		{"upload", []string{"upload", "http://allowed.test/sink", strconv.Itoa(int(bytes))}},
+		{"download", func(n int) []string { return []string{"download", fmt.Sprintf("http://allowed.test/bytes?n=%d", n)} }},
+		{"upload", func(n int) []string { return []string{"upload", "http://allowed.test/sink", strconv.Itoa(n)} }},
 	} {
-		n, secs := h.transfer(sb, dir.args...)
+		// A tenth first, untimed: the first transfer of a sandbox also
+		// fills the gateway's DNS cache, and in an emulated VM pays for
+		// translating the guest's code (measured: 8.3 Mbit/s the first
+		// time, 9.6 after).
+		h.transfer(sb, dir.args(bytes/10)...)
+		n, secs := h.transfer(sb, dir.args(bytes)...)
 		mbit := n * 8 / secs / 1e6
 		t.Logf("%s of %.0f bytes with a %d Mbit/s cap: %.2f Mbit/s in %.2f s", dir.name, n, capMbit, mbit, secs)
 		if math.Abs(mbit-capMbit)/capMbit > 0.2 {
