@@ -26,10 +26,13 @@ test: deps-test build test-go test-sdk test-sdk-vm test-recovery bench-smoke
 ## test-go: the Go tests; then the security suite on its own, verbose, so that
 ## its table of attacks and their containment is printed (without -race: the
 ## harness is not what it tests, and it runs twice as long). test/recovery runs
-## in test-recovery.
+## in test-recovery. test/egress and test/security run on each backend, as
+## subtests: TestEgress/jail and TestEgress/vm; TestAttacks/jail_userns_on,
+## .../jail_userns_off, and .../vm for the escape and resource cases (emulated
+## VMs: some two minutes each).
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
-	$(GO) test -count=1 -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
+	$(GO) test -count=1 -timeout 30m -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
 
 ## test-sdk: the official-SDK suite against a real server. Its data dir is
 ## seeded with hard links to the base template TestBuildBase built into the

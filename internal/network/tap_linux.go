@@ -57,7 +57,11 @@ func (ns *Namespace) OpenTap(name string) (*os.File, error) {
 // namespace keeps only ForwarderAddr, on dev, from which the server
 // reaches the guest.
 func (ns *Namespace) ForwardTo(dev string, link Link) error {
-	err := ns.Do(func() error {
+	hostEnd, err := netlink.LinkByName(link.HostIf)
+	if err != nil {
+		return fmt.Errorf("forwarding %s to %s in %s: finding %s: %w", link.Address, dev, ns.name, link.HostIf, err)
+	}
+	err = ns.Do(func() error {
 		peer, err := netlink.LinkByName(PeerName)
 		if err != nil {
 			return fmt.Errorf("finding %s: %w", PeerName, err)
@@ -99,6 +103,17 @@ func (ns *Namespace) ForwardTo(dev string, link Link) error {
 			if err := netlink.RouteAdd(r); err != nil {
 				return fmt.Errorf("adding route %s: %w", r, err)
 			}
+		}
+		// Without an address on the veth, the namespace would ask for the
+		// gateway's MAC from ForwarderAddr, which the host end's strict
+		// rp_filter (its route is not the veth) leaves unanswered: the
+		// guest would reach nothing. The entry is set instead.
+		gw := &netlink.Neigh{
+			LinkIndex: peer.Attrs().Index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+			IP: net.IP(link.Gateway.AsSlice()), HardwareAddr: hostEnd.Attrs().HardwareAddr,
+		}
+		if err := netlink.NeighSet(gw); err != nil {
+			return fmt.Errorf("setting the gateway's neighbour entry: %w", err)
 		}
 		return nil
 	})

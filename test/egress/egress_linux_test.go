@@ -3,7 +3,6 @@ package egress
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -21,14 +20,10 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
-	"github.com/agent-sandbox/agent-sandbox/internal/gateway"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
-	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
-	"github.com/agent-sandbox/agent-sandbox/internal/template"
-	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv/inet"
 )
 
@@ -71,122 +66,33 @@ const dropLogGroup = 7320
 
 type harness struct {
 	t        *testing.T
+	s        *sandboxtest.Stack
 	m        *sandbox.Manager
 	in       *inet.Internet
 	hostPort string // a host listener standing in for the API port, on every host address
 }
 
-func newHarness(t *testing.T) *harness {
-	testenv.RequireRoot(t)
-	testenv.LockFirewall(t)
-	ctx := context.Background()
-	in := inet.Start(t, inet.Config{
-		Link: inetLink,
-		Sites: map[string][]netip.Addr{
-			"allowed.test": {allowedIP},
-			"a.wild.test":  {wildAIP},
-			"b.wild.test":  {wildBIP},
-			"other.test":   {otherIP},
-			"extra.test":   {extraIP},
-			"direct.test":  {directIP},
-			"rebind.test":  {privateIP},
+// newHarness starts a sandbox manager on backend behind the egress
+// gateway, with the test Internet as its upstream.
+func newHarness(t *testing.T, backend string) *harness {
+	s := sandboxtest.Start(t, sandboxtest.Config{
+		Backend: backend, Name: "egresstest", Pool: netip.MustParsePrefix("10.248.0.0/24"),
+		Ceiling: &ceiling, DropLogGroup: dropLogGroup, Probe: true,
+		Internet: &inet.Config{
+			Link: inetLink,
+			Sites: map[string][]netip.Addr{
+				"allowed.test": {allowedIP},
+				"a.wild.test":  {wildAIP},
+				"b.wild.test":  {wildBIP},
+				"other.test":   {otherIP},
+				"extra.test":   {extraIP},
+				"direct.test":  {directIP},
+				"rebind.test":  {privateIP},
+			},
+			Names: map[string][]netip.Addr{"hostaddr.test": {hostEnd}},
+			Extra: []netip.Addr{metadata},
 		},
-		Names: map[string][]netip.Addr{"hostaddr.test": {hostEnd}},
-		Extra: []netip.Addr{metadata},
 	})
-
-	dir := t.TempDir()
-	rootfs := filepath.Join(dir, "rootfs")
-	if err := jailtest.BuildRootfs(rootfs); err != nil {
-		t.Fatalf("building rootfs: %v", err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := jailtest.AddBinary(rootfs, self, "usr/bin/probe", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, caFile), in.CACert, 0o644); err != nil {
-		t.Fatal(err)
-	}
-
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	pool, err := network.NewPool(netip.MustParsePrefix("10.248.0.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw, err := network.NewFirewall(network.FirewallConfig{
-		Redirects: gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
-		LogGroup:  dropLogGroup,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reserved, err := network.HostPrefixes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := ceiling
-	for _, p := range append(reserved, pool.Prefix()) {
-		c.ReservedCIDRs = append(c.ReservedCIDRs, p.String())
-	}
-	gw, err := gateway.New(gateway.Config{
-		Ceiling: c, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: in.DNS.String()}}, Firewall: fw, Log: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dl, err := network.OpenDropLog(dropLogGroup)
-	if err != nil {
-		t.Fatalf("opening the drop log: %v", err)
-	}
-	dropsCtx, stopDrops := context.WithCancel(ctx)
-	dropsDone := make(chan struct{})
-	go func() {
-		defer close(dropsDone)
-		if err := gw.RecordDrops(dropsCtx, dl); err != nil {
-			t.Errorf("reading the drop log: %v", err)
-		}
-	}()
-	t.Cleanup(func() {
-		stopDrops()
-		<-dropsDone
-		dl.Close()
-		gw.Close()
-	})
-
-	runDir := filepath.Join(dir, "run")
-	cgParent := fmt.Sprintf("agent-sandbox-egresstest-%d", os.Getpid())
-	backend, err := jail.New(jail.Config{
-		StateDir: filepath.Join(dir, "sandboxes"), RunDir: runDir, CgroupParent: cgParent, Log: log,
-		Network: jailtest.Network(t, runDir, pool, fw),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jailtest.CleanupRunDir(t, runDir, cgParent)
-	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	envd, err := jailtest.BuildEnvd(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := sandbox.New(sandbox.Config{
-		Store: st, Backend: backend, Log: log, Network: gw,
-		Templates: templates{"probe": {Name: "probe", ID: "probe-00000000000", RootFS: rootfs, User: "user", Workdir: "/home/user"}},
-		EnvdPath:  envd,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
 
 	// Something listening on every host address: the API port stands in.
 	ln, err := net.Listen("tcp", ":0")
@@ -205,7 +111,7 @@ func newHarness(t *testing.T) *harness {
 		}
 	}()
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	return &harness{t: t, m: m, in: in, hostPort: port}
+	return &harness{t: t, s: s, m: s.Manager, in: s.Internet, hostPort: port}
 }
 
 // create starts a sandbox with the given network config and
@@ -227,6 +133,13 @@ func (h *harness) create(network string, allowInternet *bool) store.Sandbox {
 // probe runs /usr/bin/probe in sb as root and returns its one line.
 func (h *harness) probe(sb store.Sandbox, args ...string) string {
 	h.t.Helper()
+	return h.probeStream(sb, nil, args...)
+}
+
+// probeStream is probe that hands each piece of output to onOut too, as
+// it comes.
+func (h *harness) probeStream(sb store.Sandbox, onOut func([]byte), args ...string) string {
+	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	hc := &httpClientForSandbox{m: h.m, id: sb.ID}
@@ -242,8 +155,12 @@ func (h *harness) probe(sb store.Sandbox, args ...string) string {
 	var out strings.Builder
 	for stream.Receive() {
 		ev := stream.Msg().GetEvent()
-		out.Write(ev.GetData().GetStdout())
-		out.Write(ev.GetData().GetStderr())
+		for _, b := range [][]byte{ev.GetData().GetStdout(), ev.GetData().GetStderr()} {
+			if onOut != nil && len(b) > 0 {
+				onOut(b)
+			}
+			out.Write(b)
+		}
 	}
 	if err := stream.Err(); err != nil {
 		h.t.Fatalf("probe %v: %v", args, err)
@@ -259,16 +176,6 @@ func (h *harness) events(sb store.Sandbox) []egress.Event {
 		h.t.Fatalf("reading the audit trail: %v", err)
 	}
 	return ev
-}
-
-// templates is a fixed template set.
-type templates map[string]*template.Template
-
-func (ts templates) Lookup(ref string) (*template.Template, error) {
-	if t, ok := ts[ref]; ok {
-		return t, nil
-	}
-	return nil, template.ErrNotFound
 }
 
 // expect is one probe and what its line must start with.

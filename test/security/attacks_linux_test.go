@@ -1,6 +1,7 @@
 package security
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -12,26 +13,29 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
 // TestAttacks is the security issue's acceptance table: attacks from inside
-// real jail sandboxes, as user and as root, each checked for containment.
+// real sandboxes, as user and as root, each checked for containment.
 // The table of every case is logged at the end, also when a case fails.
-// TestAttacks runs every attack twice: with the sandbox in a user
-// namespace (the default where the host allows) and without (the fallback
-// elsewhere), where only the other layers hold root down.
+// TestAttacks runs every attack in jails twice: with the sandbox in a
+// user namespace (the default where the host allows) and without (the
+// fallback elsewhere), where only the other layers hold root down; and
+// the escape and resource cases in VMs, where a case's expectation says
+// when the guest's own kernel answers otherwise.
 func TestAttacks(t *testing.T) {
-	for _, mode := range []jail.UsernsMode{jail.UsernsOn, jail.UsernsOff} {
-		t.Run("userns "+string(mode), func(t *testing.T) { attacks(t, mode) })
+	for _, su := range []setup{{sandboxtest.Jail, jail.UsernsOn}, {sandboxtest.Jail, jail.UsernsOff}, {sandboxtest.VM, ""}} {
+		t.Run(su.String(), func(t *testing.T) { attacks(t, su) })
 	}
 }
 
-func attacks(t *testing.T, mode jail.UsernsMode) {
+func attacks(t *testing.T, su setup) {
 	start := time.Now()
-	h := newHarness(t, mode)
+	h := newHarness(t, su)
 	tb := &table{}
-	defer func() { t.Logf("security cases, userns %s (%s):\n%s", mode, time.Since(start).Round(time.Second), tb) }()
+	defer func() { t.Logf("security cases, %s (%s):\n%s", su, time.Since(start).Round(time.Second), tb) }()
 
 	// The attacker, allowed to reach the site's range by address so that a
 	// spoofed packet would have a path out; and a neighbour.
@@ -40,9 +44,16 @@ func attacks(t *testing.T, mode jail.UsernsMode) {
 
 	t.Run("escape syscalls", func(t *testing.T) { h.t = t; testSyscalls(t, h, tb, sb) })
 	t.Run("filesystem", func(t *testing.T) { h.t = t; testFilesystem(t, h, tb, sb) })
+	t.Run("resources", func(t *testing.T) { h.t = t; testResources(t, h, tb) })
+	if h.vm() {
+		// The VMs' pass is kept to the escape and resource cases (CI
+		// time: every probe is an emulated process start); their network
+		// is the host's, which the egress suite checks on VMs too.
+		t.Log("the envd files API, network and inside-out leak cases run in jails only")
+		return
+	}
 	t.Run("envd files API", func(t *testing.T) { h.t = t; testFilesAPI(t, h, tb, sb) })
 	t.Run("network", func(t *testing.T) { h.t = t; testNetwork(t, h, tb, sb, neighbour) })
-	t.Run("resources", func(t *testing.T) { h.t = t; testResources(t, h, tb) })
 	t.Run("inside-out leaks", func(t *testing.T) { h.t = t; testLeaks(t, h, tb, neighbour) })
 }
 
@@ -111,11 +122,13 @@ var socketControls = []control{
 }
 
 func testSyscalls(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	// A VM's guest loads the jail's filter too (package guest).
+	filter := h.orVM("the jail's seccomp filter", "the guest's seccomp filter (the jail's list)")
 	for _, c := range syscallCases {
 		for _, u := range users {
 			got, obs, ok := h.probed(sb, u, []control{oracleControl}, "sys", c.name)
 			tb.add(t, outcome{attack: c.attack, as: u,
-				expected: c.want + " from the jail's seccomp filter (never reaches the probe's notifier; getppid does)",
+				expected: c.want + " from " + filter + " (never reaches the probe's notifier; getppid does)",
 				observed: obs, contained: ok && got == c.want})
 		}
 	}
@@ -123,7 +136,7 @@ func testSyscalls(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		for _, u := range users {
 			got, obs, ok := h.probed(sb, u, socketControls, "sys", c.name)
 			tb.add(t, outcome{attack: c.attack, as: u,
-				expected: "EAFNOSUPPORT from the jail's seccomp filter; AF_INET, AF_INET6, AF_UNIX, AF_NETLINK open",
+				expected: "EAFNOSUPPORT from " + filter + "; AF_INET, AF_INET6, AF_UNIX, AF_NETLINK open",
 				observed: obs, contained: ok && got == "EAFNOSUPPORT"})
 		}
 	}
@@ -136,7 +149,8 @@ func testSyscalls(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	tmp := control{args: []string{"stat", "/tmp"}, want: "ok", ok: is("ok")}
 	got, obs, ok := h.probed(sb, "root", []control{tmp}, "chroot-escape", h.marker)
 	tb.add(t, outcome{attack: "chroot escape (chroot, chdir .. ×64, chroot .)", as: "root",
-		expected: "ends in the sandbox's root (pivot_root; old root detached); host marker ENOENT there", observed: obs,
+		expected: h.orVM("ends in the sandbox's root (pivot_root; old root detached); host marker ENOENT there",
+			"ends in the sandbox's root (the VM's own disk); host marker ENOENT there"), observed: obs,
 		contained: ok && got == "ok escaped to the sandbox's root; host marker: ENOENT"})
 	got, obs, ok = h.probed(sb, "user", []control{tmp}, "chroot-escape", h.marker)
 	tb.add(t, outcome{attack: "chroot escape (chroot, chdir .. ×64, chroot .)", as: "user",
@@ -153,8 +167,16 @@ func testFilesystem(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	// Kernels without CONFIG_MAGIC_SYSRQ have no /proc/sysrq-trigger;
 	// elsewhere the jail binds /dev/null over it.
 	sysrq, sysrqContained := "lands in /dev/null (masked: char 1:3)", is("ok wrote to char 1:3")
+	sysrqUser, sysrqUserContained := sysrq, sysrqContained
 	if _, err := os.Stat("/proc/sysrq-trigger"); errors.Is(err, os.ErrNotExist) {
 		sysrq, sysrqContained = "ENOENT (the host kernel has none)", is("ENOENT")
+		sysrqUser, sysrqUserContained = sysrq, sysrqContained
+	}
+	if h.vm() {
+		// vminit masks nothing in the guest's /proc: its sysrq is the
+		// guest kernel's, and 'h' prints help on the VM's console.
+		sysrq, sysrqContained = "writes: the guest kernel's own sysrq (help on the VM's console)", is("ok wrote to mode 100000")
+		sysrqUser, sysrqUserContained = "EACCES (root's 0200 file)", is("EACCES (mode 100000)")
 	}
 
 	type fsCase struct {
@@ -162,6 +184,9 @@ func testFilesystem(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		controls             []control
 		args                 []string
 		contained            func(string) bool
+		// hostFile is a host file the attack aims at: it must hold
+		// afterwards what it held before.
+		hostFile string
 	}
 	// Positive controls: the same kind of step against something the
 	// probe may reach.
@@ -174,69 +199,98 @@ func testFilesystem(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	envd := control{args: []string{"read", "/usr/bin/envd"}, want: `ok "\x7fELF…" (envd is there)`,
 		ok: func(s string) bool { return strings.HasPrefix(s, `ok "\x7fELF`) }}
 	// In a user namespace, root holds its capabilities there only: host
-	// root's files stay closed and device nodes cannot be made.
-	procSysErr, procSys := h.either("EACCES", "EROFS"), h.either("EACCES (host root's files)", "EROFS (/proc/sys read-only)")
-	mknodErr := h.either("mknod: EPERM", "mknod ok, open: EACCES")
-	mknod := h.either("mknod: EPERM (no CAP_MKNOD on the host)", "mknod works (CAP_MKNOD), open: EACCES (nodev)")
+	// root's files stay closed and device nodes cannot be made. In a VM,
+	// /proc/sys is the guest kernel's, which its root may set (the VM is
+	// the boundary); the host's files are checked unchanged.
+	procSysErr := h.by("EACCES", "EROFS", "ok")
+	procSys := h.by("EACCES (host root's files)", "EROFS (/proc/sys read-only)", "ok: the guest kernel's own (the host's unchanged)")
+	mknodErr := h.by("mknod: EPERM", "mknod ok, open: EACCES", "mknod ok, open: EACCES")
+	mknod := h.by("mknod: EPERM (no CAP_MKNOD on the host)", "mknod works (CAP_MKNOD), open: EACCES (nodev)",
+		"mknod works (CAP_MKNOD), open: EACCES (the guest's disk is nodev)")
+	// envd is a host file bound read-only in the jail; in a VM, a file of
+	// the read-only tools disk the host made.
+	envdRO := h.orVM("EROFS (on the host's read-only binaries tmpfs)", "EROFS (on the VM's read-only tools disk)")
 	cases := []fsCase{
 		{"read the host marker through /proc/1/root", "root", "EACCES (init is non-dumpable, no CAP_SYS_PTRACE)",
-			[]control{readable("/proc/self/root/etc/hosts")}, []string{"read", "/proc/1/root" + h.marker}, is("EACCES")},
+			[]control{readable("/proc/self/root/etc/hosts")}, []string{"read", "/proc/1/root" + h.marker}, is("EACCES"), ""},
 		{"read the host marker through /proc/1/root", "user", "EACCES",
-			[]control{readable("/proc/self/root/etc/hosts")}, []string{"read", "/proc/1/root" + h.marker}, is("EACCES")},
+			[]control{readable("/proc/self/root/etc/hosts")}, []string{"read", "/proc/1/root" + h.marker}, is("EACCES"), ""},
 		{"read /proc/1/environ (init's environment)", "root", "EACCES (non-dumpable)",
-			[]control{readable("/proc/self/environ")}, []string{"read", "/proc/1/environ"}, is("EACCES")},
+			[]control{readable("/proc/self/environ")}, []string{"read", "/proc/1/environ"}, is("EACCES"), ""},
 		{"read /proc/1/environ (init's environment)", "user", "EACCES",
-			[]control{readable("/proc/self/environ")}, []string{"read", "/proc/1/environ"}, is("EACCES")},
-		{"write 'h' to /proc/sysrq-trigger", "root", sysrq, []control{readable("/proc/self/status")}, []string{"sysrq"}, sysrqContained},
-		{"write 'h' to /proc/sysrq-trigger", "user", sysrq, []control{readable("/proc/self/status")}, []string{"sysrq"}, sysrqContained},
+			[]control{readable("/proc/self/environ")}, []string{"read", "/proc/1/environ"}, is("EACCES"), ""},
+		{"write 'h' to /proc/sysrq-trigger", "root", sysrq, []control{readable("/proc/self/status")}, []string{"sysrq"}, sysrqContained, ""},
+		{"write 'h' to /proc/sysrq-trigger", "user", sysrqUser, []control{readable("/proc/self/status")}, []string{"sysrq"}, sysrqUserContained, ""},
 		{"write /sys/kernel/mm/transparent_hugepage/enabled", "root", "EROFS (/sys read-only)",
 			[]control{readable("/sys/kernel/mm/transparent_hugepage/enabled")},
-			[]string{"write", "/sys/kernel/mm/transparent_hugepage/enabled", thp}, is("EROFS")},
+			[]string{"write", "/sys/kernel/mm/transparent_hugepage/enabled", thp}, is("EROFS"), "/sys/kernel/mm/transparent_hugepage/enabled"},
 		{"write /sys/kernel/profiling", "root", "EROFS (/sys read-only)",
-			[]control{readable("/sys/kernel/profiling")}, []string{"rewrite", "/sys/kernel/profiling"}, is("EROFS")},
+			[]control{readable("/sys/kernel/profiling")}, []string{"rewrite", "/sys/kernel/profiling"}, is("EROFS"), ""},
 		{"write 1 to /proc/sys/vm/drop_caches", "root", procSys,
-			[]control{readable("/proc/sys/vm/overcommit_memory")}, []string{"write", "/proc/sys/vm/drop_caches", "1"}, is(procSysErr)},
+			[]control{readable("/proc/sys/vm/overcommit_memory")}, []string{"write", "/proc/sys/vm/drop_caches", "1"}, is(procSysErr), ""},
 		{"rewrite /proc/sys/kernel/core_pattern", "root", procSys,
-			[]control{readable("/proc/sys/kernel/core_pattern")}, []string{"rewrite", "/proc/sys/kernel/core_pattern"}, is(procSysErr)},
+			[]control{readable("/proc/sys/kernel/core_pattern")}, []string{"rewrite", "/proc/sys/kernel/core_pattern"}, is(procSysErr),
+			"/proc/sys/kernel/core_pattern"},
 		{"write /proc/sys/kernel/hostname", "root", procSys,
-			[]control{readable("/proc/sys/kernel/hostname")}, []string{"write", "/proc/sys/kernel/hostname", "pwned"}, is(procSysErr)},
+			[]control{readable("/proc/sys/kernel/hostname")}, []string{"write", "/proc/sys/kernel/hostname", "pwned"}, is(procSysErr),
+			"/proc/sys/kernel/hostname"},
 		{"rewrite /proc/sys/kernel/core_pattern", "user", "EACCES",
-			[]control{readable("/proc/sys/kernel/core_pattern")}, []string{"rewrite", "/proc/sys/kernel/core_pattern"}, is("EACCES")},
+			[]control{readable("/proc/sys/kernel/core_pattern")}, []string{"rewrite", "/proc/sys/kernel/core_pattern"}, is("EACCES"), ""},
 		{"mknod the host's root disk (" + disk + ") in /tmp and read it", "root", mknod,
-			[]control{fifo("/tmp")}, append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is(mknodErr)},
+			[]control{fifo("/tmp")}, append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is(mknodErr), ""},
 		{"mknod the host's root disk (" + disk + ") in /tmp and read it", "user", "mknod: EPERM",
-			[]control{fifo("/tmp")}, append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is("mknod: EPERM")},
+			[]control{fifo("/tmp")}, append([]string{"mknod-open", "/tmp/disk", "b"}, strings.Fields(disk)...), is("mknod: EPERM"), ""},
 		{"mknod sda (8:0) in /dev/shm and read it", "root", mknod,
-			[]control{fifo("/dev/shm")}, []string{"mknod-open", "/dev/shm/sda", "b", "8", "0"}, is(mknodErr)},
+			[]control{fifo("/dev/shm")}, []string{"mknod-open", "/dev/shm/sda", "b", "8", "0"}, is(mknodErr), ""},
 		{"mknod sda (8:0) in /dev", "root", "mknod: EROFS (/dev read-only)",
-			[]control{fifo("/tmp"), readable("/dev/zero")}, []string{"mknod-open", "/dev/sda", "b", "8", "0"}, is("mknod: EROFS")},
-		{"open /dev/mem", "root", "ENOENT (not in the sandbox's /dev)", []control{readable("/dev/zero")}, []string{"read", "/dev/mem"}, is("ENOENT")},
+			[]control{fifo("/tmp"), readable("/dev/zero")}, []string{"mknod-open", "/dev/sda", "b", "8", "0"}, is("mknod: EROFS"), ""},
+		{"open /dev/mem", "root", "ENOENT (not in the sandbox's /dev)", []control{readable("/dev/zero")}, []string{"read", "/dev/mem"}, is("ENOENT"), ""},
 		{"mknod /dev/mem (c 1:1) in /tmp and read it", "root", mknod,
-			[]control{fifo("/tmp")}, []string{"mknod-open", "/tmp/mem", "c", "1", "1"}, is(mknodErr)},
-		{"open /dev/kmem", "root", "ENOENT", []control{readable("/dev/zero")}, []string{"read", "/dev/kmem"}, is("ENOENT")},
+			[]control{fifo("/tmp")}, []string{"mknod-open", "/tmp/mem", "c", "1", "1"}, is(mknodErr), ""},
+		{"open /dev/kmem", "root", "ENOENT", []control{readable("/dev/zero")}, []string{"read", "/dev/kmem"}, is("ENOENT"), ""},
 		{"mknod /dev/kmem (c 1:2) in /tmp and read it", "root", mknod,
-			[]control{fifo("/tmp")}, []string{"mknod-open", "/tmp/kmem", "c", "1", "2"}, is(mknodErr)},
-		{"open /usr/bin/envd (a host file) for writing", "root", "EROFS (on the host's read-only binaries tmpfs)",
-			[]control{envd}, []string{"write", "/usr/bin/envd", "x"}, is("EROFS")},
-		{"chmod /usr/bin/envd (a host file)", "root", "EROFS (read-only bind mount)",
-			[]control{envd}, []string{"chmod", "/usr/bin/envd"}, is("EROFS")},
+			[]control{fifo("/tmp")}, []string{"mknod-open", "/tmp/kmem", "c", "1", "2"}, is(mknodErr), ""},
+		{"open /usr/bin/envd (a host file) for writing", "root", envdRO,
+			[]control{envd}, []string{"write", "/usr/bin/envd", "x"}, is("EROFS"), ""},
+		{"chmod /usr/bin/envd (a host file)", "root", envdRO,
+			[]control{envd}, []string{"chmod", "/usr/bin/envd"}, is("EROFS"), ""},
 		{"rename a file over /usr/bin/envd", "root", "EBUSY (a mount point)",
 			[]control{envd, {args: []string{"stat", "/usr/bin/probe"}, want: "ok", ok: is("ok")}},
-			[]string{"rename", "/usr/bin/probe", "/usr/bin/envd"}, is("EBUSY")},
+			[]string{"rename", "/usr/bin/probe", "/usr/bin/envd"}, is("EBUSY"), ""},
 		{"hard-link /usr/bin/envd (a host file) into /tmp", "root", "EXDEV (another mount)",
 			[]control{envd, {args: []string{"link-own", "/tmp"}, want: "ok", ok: is("ok")}},
-			[]string{"link", "/usr/bin/envd", "/tmp/envd"}, is("EXDEV")},
+			[]string{"link", "/usr/bin/envd", "/tmp/envd"}, is("EXDEV"), ""},
 		{"hard-link /etc/shadow into the home directory", "user", "EPERM (protected_hardlinks)",
 			[]control{{args: []string{"link-own", "/home/user"}, want: "ok", ok: is("ok")}},
-			[]string{"link", "/etc/shadow", "/home/user/shadow"}, is("EPERM")},
+			[]string{"link", "/etc/shadow", "/home/user/shadow"}, is("EPERM"), ""},
 	}
 	for _, c := range cases {
+		var before []byte
+		if c.hostFile != "" {
+			before = readHostFile(t, c.hostFile)
+		}
 		got, obs, ok := h.probed(sb, c.as, c.controls, c.args...)
+		if c.hostFile != "" {
+			after := readHostFile(t, c.hostFile)
+			ok = ok && string(after) == string(before)
+			obs += fmt.Sprintf("; the host's %s: %q before, %q after", c.hostFile, bytes.TrimSpace(before), bytes.TrimSpace(after))
+		}
 		tb.add(t, outcome{attack: c.attack, as: c.as, expected: c.expected, observed: obs, contained: ok && c.contained(got)})
 	}
 	if b, err := os.ReadFile(h.marker); err != nil || string(b) != h.markerData {
 		t.Errorf("the host marker changed: %q, %v", b, err)
 	}
+}
+
+// readHostFile reads a host file the test compares before and after an
+// attack.
+func readHostFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading the host's %s: %v", path, err)
+	}
+	return b
 }
 
 // currentTHP is the host's selected transparent_hugepage mode, which the

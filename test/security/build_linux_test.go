@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -36,7 +36,7 @@ const userPort = 8000
 // sandbox and the host answering, and the step fails.
 func TestBuildSteps(t *testing.T) {
 	start := time.Now()
-	h := newHarness(t, jail.UsernsOn, func(c *sandbox.Config) {
+	h := newHarness(t, setup{sandboxtest.Jail, jail.UsernsOn}, func(c *sandbox.Config) {
 		c.WarmPools = map[string]sandbox.PoolSize{"probe": {Min: 1, Max: 1}}
 	})
 	tb := &table{}
@@ -66,7 +66,7 @@ func TestBuildSteps(t *testing.T) {
 		}
 		var last string
 		code, err := h.m.RunStep(ctx, template.StepSpec{
-			Layers: []string{h.rootfs}, Upper: upper, Args: args, Dir: "/",
+			Layers: []string{h.s.Probe.RootFS}, Upper: upper, Args: args, Dir: "/",
 			Env: []string{"PATH=/usr/bin:/bin", "HOME=/root"}, Timeout: timeout,
 			Output: func(l string) {
 				last = l
@@ -138,8 +138,8 @@ func TestBuildSteps(t *testing.T) {
 		ports []int
 		dial  func(port int) string // the server's path, the positive control
 	}{
-		{"a plain sandbox", h.backendState(plain).Address.String(), []int{sandbox.EnvdPort, 49999, userPort}, h.dialer(plain)},
-		{"a secure sandbox", h.backendState(secure).Address.String(), []int{sandbox.EnvdPort, 49999, userPort}, h.dialer(secure)},
+		{"a plain sandbox", h.link(plain).Address.String(), []int{sandbox.EnvdPort, 49999, userPort}, h.dialer(plain)},
+		{"a secure sandbox", h.link(secure).Address.String(), []int{sandbox.EnvdPort, 49999, userPort}, h.dialer(secure)},
 		{"a warm pool member", member.addr, []int{sandbox.EnvdPort}, member.dial},
 	}
 	for _, target := range targets {
@@ -308,7 +308,7 @@ func (h *harness) poolMember() poolTarget {
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
 		if h.m.Pools()["probe"].Ready > 0 {
-			recs, err := h.st.ListSandboxesByState(context.Background(), store.StateStarting)
+			recs, err := h.s.Store.ListSandboxesByState(context.Background(), store.StateStarting)
 			if err != nil {
 				h.t.Fatal(err)
 			}
@@ -316,8 +316,8 @@ func (h *harness) poolMember() poolTarget {
 				if len(rec.BackendState) == 0 {
 					continue
 				}
-				st := h.backendState(rec)
-				ns, err := network.Open(filepath.Join(filepath.Dir(h.stateDir), "run"), rec.ID)
+				st := h.link(rec)
+				ns, err := network.Open(h.s.RunDir, rec.ID)
 				if err != nil {
 					h.t.Fatal(err)
 				}
@@ -341,7 +341,7 @@ func (h *harness) poolMember() poolTarget {
 
 // leftoverSteps are the IDs of the build step sandboxes in the state dir.
 func (h *harness) leftoverSteps() []string {
-	entries, _ := os.ReadDir(h.stateDir)
+	entries, _ := os.ReadDir(h.s.StateDir)
 	var ids []string
 	for _, e := range entries {
 		if strings.HasPrefix(e.Name(), "build-") {
@@ -366,7 +366,7 @@ func (h *harness) stepProcessUID(comm string) string {
 
 func (h *harness) findStepProcessUID(comm string) string {
 	for _, id := range h.leftoverSteps() {
-		cg, err := cgroup.Load(h.cgParent + "/" + id)
+		cg, err := cgroup.Load(h.s.CgroupParent + "/" + id)
 		if err != nil {
 			continue
 		}

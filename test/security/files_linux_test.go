@@ -16,11 +16,11 @@ import (
 // host's.
 func testFilesAPI(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	hostShadow, _ := os.ReadFile("/etc/shadow")
-	hostsBefore, err := os.ReadFile(filepath.Join(h.rootfs, "etc/hosts"))
+	hostsBefore, err := os.ReadFile(filepath.Join(h.s.Probe.RootFS, "etc/hosts"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	envdPath := filepath.Join(filepath.Dir(h.stateDir), "envd")
+	envdPath := h.s.EnvdPath
 	envdBefore, err := os.ReadFile(envdPath)
 	if err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func testFilesAPI(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 
 	ok, ctl := controlled("user")
 	code, body, err = h.putFile(sb, "user", "/home/user/to-hosts", "127.0.0.1 pwned\n")
-	hostsAfter, _ := os.ReadFile(filepath.Join(h.rootfs, "etc/hosts"))
+	hostsAfter, _ := os.ReadFile(filepath.Join(h.s.Probe.RootFS, "etc/hosts"))
 	inSandbox := h.probe(sb, "root", "read", "/etc/hosts")
 	tb.add(t, outcome{attack: "POST /files via symlink to /etc/hosts (root's template file)", as: "user",
 		expected: "403: written as user, who may not; the sandbox's and the host template's /etc/hosts unchanged",

@@ -7,7 +7,6 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -29,15 +28,11 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
-	"github.com/agent-sandbox/agent-sandbox/internal/gateway"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
-	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
-	"github.com/agent-sandbox/agent-sandbox/internal/template"
-	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv/inet"
 )
 
@@ -70,31 +65,64 @@ const (
 // files hold, as opposed to the host's.
 const sandboxSecret = "sandbox-shadow-file"
 
+// setup is what a run's sandboxes are: a backend and, for the jail,
+// whether they run in user namespaces.
+type setup struct {
+	backend string
+	userns  jail.UsernsMode // the jail's; "" for the vm
+}
+
+func (s setup) String() string {
+	if s.backend == sandboxtest.Jail {
+		return "jail userns " + string(s.userns)
+	}
+	return s.backend
+}
+
 type harness struct {
 	t        *testing.T
+	s        *sandboxtest.Stack
 	m        *sandbox.Manager
 	in       *inet.Internet
-	rootfs   string // the template, a host directory
-	stateDir string // where the sandboxes' disk images live
-	runDir   string // the backend's RunDir
-	cgParent string
+	setup    setup
 	hostPort string // a host listener on every host address, the API port's stand-in
 	// marker is a host file with unique content that no sandbox may read
 	// or write; markerData is that content.
 	marker, markerData string
-	// userns: the sandboxes run in user namespaces.
-	userns bool
 	// leak is a pipe the test process holds without close-on-exec, as the
 	// server held fd 251 it had inherited: os/exec passes it to init, and
 	// nothing of it may reach a sandbox. leakIno is its inode.
 	leak    [2]int
 	leakIno uint64
-	st      *store.Store
 }
 
-// either is what a case expects with user namespaces, or without.
+// vm reports whether the sandboxes are VMs.
+func (h *harness) vm() bool { return h.setup.backend == sandboxtest.VM }
+
+// by is what a case expects in a jail with user namespaces, in one
+// without, and in a VM (its own kernel, whose root holds the bounding
+// set's capabilities over it, in no user namespace).
+func (h *harness) by(userns, without, vm string) string {
+	switch {
+	case h.vm():
+		return vm
+	case h.setup.userns == jail.UsernsOn:
+		return userns
+	}
+	return without
+}
+
+// orVM is what a case expects in a jail, or in a VM.
+func (h *harness) orVM(jail, vm string) string {
+	if h.vm() {
+		return vm
+	}
+	return jail
+}
+
+// either is what a jail case expects with user namespaces, or without.
 func (h *harness) either(userns, without string) string {
-	if h.userns {
+	if h.setup.userns == jail.UsernsOn {
 		return userns
 	}
 	return without
@@ -108,21 +136,12 @@ func (h *harness) eitherUser(as, asUser, asRoot string) string {
 	return asRoot
 }
 
-// newHarness starts a sandbox manager over the jail with user namespaces
-// on or off; on a host that cannot have them, the test skips and says why.
-// Template build steps (RunStep) may reach site.test only. opts change the
-// manager's configuration.
-func newHarness(t *testing.T, userns jail.UsernsMode, opts ...func(*sandbox.Config)) *harness {
-	testenv.RequireRoot(t)
-	testenv.LockFirewall(t)
-	ctx := context.Background()
-	in := inet.Start(t, inet.Config{
-		Sites: map[string][]netip.Addr{"site.test": {siteIP}},
-		Extra: []netip.Addr{metadata},
-	})
-
-	dir := t.TempDir()
-	h := &harness{t: t, in: in, rootfs: filepath.Join(dir, "rootfs"), stateDir: filepath.Join(dir, "sandboxes"), userns: userns == jail.UsernsOn}
+// newHarness starts a sandbox manager on the backend of setup; on a host
+// that cannot run it, the test skips and says why (fails under CI=true).
+// Template build steps (RunStep) may reach site.test only. opts change
+// the manager's configuration.
+func newHarness(t *testing.T, su setup, opts ...func(*sandbox.Config)) *harness {
+	h := &harness{t: t, setup: su}
 	// Before any sandbox starts: what init inherits.
 	if err := unix.Pipe2(h.leak[:], 0); err != nil {
 		t.Fatal(err)
@@ -133,106 +152,32 @@ func newHarness(t *testing.T, userns jail.UsernsMode, opts ...func(*sandbox.Conf
 		t.Fatal(err)
 	}
 	h.leakIno = pst.Ino
-	h.marker = filepath.Join(dir, "host-marker")
+	h.s = sandboxtest.Start(t, sandboxtest.Config{
+		Backend: su.backend, Userns: su.userns, Name: "securitytest", Pool: netip.MustParsePrefix("10.246.0.0/24"),
+		Internet: &inet.Config{
+			Sites: map[string][]netip.Addr{"site.test": {siteIP}},
+			Extra: []netip.Addr{metadata},
+		},
+		Ceiling:            &egress.Ceiling{AllowDomains: []string{"site.test"}, SandboxMayWiden: true},
+		BuildCeiling:       &egress.Ceiling{AllowDomains: []string{"site.test"}},
+		MaxConnsPerSandbox: connCap,
+		Probe:              true,
+		ProbeFiles:         []sandboxtest.File{{Path: "etc/shadow", Data: []byte(sandboxSecret + "\n"), Mode: 0o600}},
+		Resources:          isolation.Resources{MemoryMB: memoryMB, DiskSizeMB: diskMB},
+		LogLevel:           slog.LevelWarn,
+		Manager: func(c *sandbox.Config) {
+			for _, o := range opts {
+				o(c)
+			}
+		},
+	})
+	h.m, h.in = h.s.Manager, h.s.Internet
+	// Beside the stack's files, whose paths the leak cases look for.
+	h.marker = filepath.Join(h.s.Dir, "host-marker")
 	h.markerData = "host-marker-" + randomHex(8)
 	if err := os.WriteFile(h.marker, []byte(h.markerData), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := jailtest.BuildRootfs(h.rootfs); err != nil {
-		t.Fatalf("building rootfs: %v", err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := jailtest.AddBinary(h.rootfs, self, "usr/bin/probe", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(h.rootfs, "etc/shadow"), []byte(sandboxSecret+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pool, err := network.NewPool(netip.MustParsePrefix("10.246.0.0/24"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fw, err := network.NewFirewall(network.FirewallConfig{
-		Redirects:          gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
-		MaxConnsPerSandbox: connCap,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reserved, err := network.HostPrefixes()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := egress.Ceiling{AllowDomains: []string{"site.test"}, SandboxMayWiden: true}
-	builds := egress.Ceiling{AllowDomains: []string{"site.test"}}
-	for _, p := range append(reserved, pool.Prefix()) {
-		c.ReservedCIDRs = append(c.ReservedCIDRs, p.String())
-		builds.ReservedCIDRs = append(builds.ReservedCIDRs, p.String())
-	}
-	gw, err := gateway.New(gateway.Config{
-		Ceiling: c, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: in.DNS.String()}}, Firewall: fw, Log: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { gw.Close() })
-	buildGw, err := gateway.New(gateway.Config{
-		Ceiling: builds, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: in.DNS.String()}}, Firewall: fw, Log: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { buildGw.Close() })
-
-	runDir := filepath.Join(dir, "run")
-	h.runDir = runDir
-	h.cgParent = fmt.Sprintf("agent-sandbox-securitytest-%d", os.Getpid())
-	backend, err := jail.New(jail.Config{
-		StateDir: h.stateDir, RunDir: runDir, CgroupParent: h.cgParent, Log: log,
-		Network: jailtest.Network(t, runDir, pool, fw), Userns: userns,
-	})
-	if userns == jail.UsernsOn {
-		testenv.Require(t, err == nil, fmt.Sprintf("this host cannot run sandboxes in user namespaces: %v", err))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	jailtest.CleanupRunDir(t, runDir, h.cgParent)
-	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	envd, err := jailtest.BuildEnvd(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := sandbox.Config{
-		Store: st, Backend: backend, Log: log, Network: gw,
-		Templates:     templates{"probe": {Name: "probe", ID: "probe-00000000000", RootFS: h.rootfs, User: "user", Workdir: "/home/user"}},
-		EnvdPath:      envd,
-		DefaultMemory: memoryMB,
-		DefaultDisk:   diskMB,
-		BuildNetwork:  buildGw,
-		StepResources: isolation.Resources{MemoryMB: memoryMB, DiskSizeMB: diskMB},
-	}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	h.st = st
-	h.m, err = sandbox.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := h.m.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.m.Close() })
 
 	ln, err := net.Listen("tcp", ":0")
 	if err != nil {
@@ -430,23 +375,27 @@ func (h *harness) putFile(sb store.Sandbox, user, path, data string) (int, strin
 	return resp.StatusCode, strings.TrimSpace(string(b)), err
 }
 
-// backendState is the jail's record of sb.
-func (h *harness) backendState(sb store.Sandbox) (st struct {
-	InitPid          int    `json:"init_pid"`
-	Cgroup           string `json:"cgroup"`
-	Gateway, Address netip.Addr
-}) {
+// link is a sandbox's network link.
+type link struct{ Gateway, Address netip.Addr }
+
+// link is sb's link, from its backend's state.
+func (h *harness) link(sb store.Sandbox) link {
 	h.t.Helper()
-	if err := json.Unmarshal(sb.BackendState, &st); err != nil || st.Cgroup == "" {
-		h.t.Fatalf("reading the state of sandbox %s from %s: %v", sb.ID, sb.BackendState, err)
+	gw, addr, err := h.s.Link(sb)
+	if err != nil {
+		h.t.Fatal(err)
 	}
-	return st
+	return link{gw, addr}
 }
 
-// cgroupFile reads a file of sb's cgroup in the v1 hierarchy of controller
-// (or in the unified one).
+// cgroupFile reads a file of the host cgroup of sb's processes (the
+// jail's sandbox group, the VM's QEMU group) in the v1 hierarchy of
+// controller (or in the unified one).
 func (h *harness) cgroupFile(sb store.Sandbox, controller, file string) string {
-	name := h.backendState(sb).Cgroup
+	name, err := h.s.Cgroup(sb)
+	if err != nil {
+		return "error: " + err.Error()
+	}
 	p := filepath.Join(cgroup.Root, controller, name, file)
 	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
 		p = filepath.Join(cgroup.Root, name, file)
@@ -458,9 +407,20 @@ func (h *harness) cgroupFile(sb store.Sandbox, controller, file string) string {
 	return strings.TrimSpace(string(b))
 }
 
-// envdRSS is the resident memory of envd in sb, in bytes (0 if not found).
+// envdRSS is the resident memory of envd in sb, in bytes (0 if not
+// found): read from the host in the jail, and in a VM, where envd's
+// memory is the guest's, by the probe as root.
 func (h *harness) envdRSS(sb store.Sandbox) int64 {
-	cg, err := cgroup.Load(h.backendState(sb).Cgroup)
+	if h.vm() {
+		var n int64
+		fmt.Sscanf(h.probe(sb, "root", "rss", "envd"), "ok %d", &n)
+		return n
+	}
+	name, err := h.s.Cgroup(sb)
+	if err != nil {
+		return 0
+	}
+	cg, err := cgroup.Load(name)
 	if err != nil {
 		return 0
 	}
@@ -488,16 +448,6 @@ func rssOf(pid string) int64 {
 		}
 	}
 	return 0
-}
-
-// templates is a fixed template set.
-type templates map[string]*template.Template
-
-func (ts templates) Lookup(ref string) (*template.Template, error) {
-	if t, ok := ts[ref]; ok {
-		return t, nil
-	}
-	return nil, template.ErrNotFound
 }
 
 func randomHex(n int) string {

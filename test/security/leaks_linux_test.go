@@ -67,7 +67,11 @@ func fdLeak(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	// From the host, every process of the sandbox: init, envd and what
 	// envd runs. The control: the test's own descriptors show the pipe.
 	own, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", h.leak[0]))
-	cg, err := cgroup.Load(h.backendState(sb).Cgroup)
+	name, err := h.s.Cgroup(sb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := cgroup.Load(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,8 +130,8 @@ func mountinfoLeak(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		t.Fatal(err)
 	}
 	checkout := filepath.Dir(filepath.Dir(wd)) // test/security → the module's root
-	testDir := filepath.Dir(h.stateDir)
-	hostPaths := []string{h.stateDir, h.runDir, testDir, checkout}
+	testDir := filepath.Dir(h.s.StateDir)
+	hostPaths := []string{h.s.StateDir, h.s.RunDir, testDir, checkout}
 	named := func(mountinfo string) []string {
 		var found []string
 		for _, p := range hostPaths {
@@ -138,7 +142,7 @@ func mountinfoLeak(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		return found
 	}
 	hostSizes := map[uint64]string{}
-	for _, p := range []string{h.stateDir, checkout, os.TempDir(), "/"} {
+	for _, p := range []string{h.s.StateDir, checkout, os.TempDir(), "/"} {
 		var st unix.Statfs_t
 		if err := unix.Statfs(p, &st); err == nil && st.Blocks > 0 {
 			hostSizes[st.Blocks*uint64(st.Bsize)] = p
@@ -149,7 +153,7 @@ func mountinfoLeak(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		t.Fatal(err)
 	}
 	hostFound := named(string(hostInfo))
-	controlsOK := slices.Contains(hostFound, h.runDir) && len(hostSizes) > 0
+	controlsOK := slices.Contains(hostFound, h.s.RunDir) && len(hostSizes) > 0
 	for _, u := range users {
 		got := h.probe(sb, u, "mounts")
 		var v mountView
@@ -200,8 +204,8 @@ func shmFill(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 // sandbox: DNS queries (redirected to the gateway, the input hook) and
 // datagrams to many ports of the test Internet (forwarded).
 func conntrackFlood(t *testing.T, h *harness, tb *table, flooder, neighbour store.Sandbox) {
-	addr := h.backendState(flooder).Address
-	gw := h.backendState(flooder).Gateway
+	addr := h.link(flooder).Address
+	gw := h.link(flooder).Gateway
 	const n = 2 * connCap
 	dnsOK := control{args: []string{"dns", "site.test"}, want: "ok " + siteIP.String(), ok: is("ok " + siteIP.String())}
 	_, before, okBefore := h.probed(flooder, "root", []control{dnsOK}, "stat", "/")

@@ -21,8 +21,8 @@ import (
 const spoofPort = 9999
 
 func testNetwork(t *testing.T, h *harness, tb *table, sb, neighbour store.Sandbox) {
-	link := h.backendState(sb)
-	nb := h.backendState(neighbour)
+	link := h.link(sb)
+	nb := h.link(neighbour)
 	hostPort := h.hostPort
 	// Positive controls: a TCP connection the sandbox may make, out through
 	// the host (its rules allow the site's range) or on its own loopback.

@@ -111,6 +111,23 @@ func probe(cmd string, args []string) (string, error) {
 		return fdList()
 	case "procmem": // envd|child: open /proc/<pid>/mem and environ
 		return procMem(args[0])
+	case "rss": // NAME: VmRSS of the process named NAME, in bytes
+		pid, err := pidOf(args[0])
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ok %d", rssOf(strconv.Itoa(pid))), nil
+	case "oomkills": // the kernel's OOM kills so far (/proc/vmstat oom_kill)
+		b, err := os.ReadFile("/proc/vmstat")
+		if err != nil {
+			return "", err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "oom_kill "); ok {
+				return "ok " + v, nil
+			}
+		}
+		return "", errors.New("no oom_kill in /proc/vmstat")
 	case "dumpable": // prctl(PR_GET_DUMPABLE)
 		d, err := unix.PrctlRetInt(unix.PR_GET_DUMPABLE, 0, 0, 0, 0)
 		return fmt.Sprintf("ok %d", d), err
@@ -220,6 +237,12 @@ func probe(cmd string, args []string) (string, error) {
 		return fmt.Sprintf("ok allocated %d MB", len(keep)*16), nil
 	case "fill": // PATH: write until the disk is full
 		return fill(args[0])
+	case "inodes-free": // PATH: the free inodes of its file system
+		var st unix.Statfs_t
+		if err := unix.Statfs(args[0], &st); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("ok %d", st.Ffree), nil
 	case "inodes": // DIR: create empty files until that fails
 		return inodes(args[0])
 	case "fds": // open files until that fails, at the highest limit allowed

@@ -48,7 +48,7 @@ func forkBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		fmt.Sscanf(string(b), "started=%d", &started)
 		code, err := h.health(sb)
 		healthy = err == nil && code/100 == 2
-		during = fmt.Sprintf("%s; pids %s of %s; /health during: %d %v",
+		during = fmt.Sprintf("%s; host group's pids %s of %s; /health during: %d %v",
 			strings.TrimSpace(string(b)), h.cgroupFile(sb, "pids", "pids.current"), h.cgroupFile(sb, "pids", "pids.max"), code, err)
 	}, "fork", "5000", "4")
 	after := h.probe(sb, "user", "stat", "/")
@@ -63,28 +63,48 @@ func forkBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 // it can exit (measured: 2 pages).
 const oomSlack = 1 << 20
 
-// memoryBomb allocates far more than the sandbox's memory limit.
+// vmAllowanceMB is the most the vm backend lets QEMU use beyond the
+// guest's memory in its host group (under TCG: its heap and the
+// translation cache).
+const vmAllowanceMB = 128
+
+// memoryBomb allocates far more than the sandbox's memory limit. On the
+// host, the sandbox's memory group (the jail's, or the VM's QEMU
+// process's) must stay within its limit.
 func memoryBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	oomFile, peakFile, limitFile := "memory.oom_control", "memory.max_usage_in_bytes", "memory.limit_in_bytes"
 	if mode, _ := cgroup.Detect(); mode == cgroup.V2 {
 		oomFile, peakFile, limitFile = "memory.events", "memory.peak", "memory.max"
 	}
+	expected := "the bomb is OOM-killed in the sandbox; envd answers; the group stays within its limit (+1 MiB the kernel lets a dying task charge)"
+	maxLimit := int64(memoryMB) << 20
+	// The OOM kills that count the bomb's: the jail's group's, or in a
+	// VM the guest kernel's own, while QEMU's group on the host must
+	// see none.
+	kills := func() string { return oomKillCount(h.cgroupFile(sb, "memory", oomFile)) }
+	if h.vm() {
+		expected = "the bomb is OOM-killed by the guest's kernel; envd answers; QEMU's host group stays within its limit " +
+			"(guest memory + QEMU's allowance, +1 MiB) with no OOM kill of its own"
+		maxLimit += vmAllowanceMB << 20
+		kills = func() string { return strings.TrimPrefix(h.probe(sb, "root", "oomkills"), "ok ") }
+	}
 	// The control: a fresh sandbox has no OOM kill yet, so the one after
 	// is this bomb's.
-	before := oomKillCount(h.cgroupFile(sb, "memory", oomFile))
+	before := kills()
 	r := h.run(sb, "user", "alloc", strconv.Itoa(4*memoryMB))
-	oom := h.cgroupFile(sb, "memory", oomFile)
+	after := kills()
+	hostKills := oomKillCount(h.cgroupFile(sb, "memory", oomFile))
 	code, err := h.health(sb)
 	rec, gerr := h.m.Get(context.Background(), sb.ID)
 	peak, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", peakFile), 10, 64)
 	limit, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", limitFile), 10, 64)
-	oomKills := oomKillCount(oom)
 	tb.add(t, outcome{attack: fmt.Sprintf("memory bomb (%d MB in a %d MB sandbox)", 4*memoryMB, memoryMB), as: "user",
-		expected: "the bomb is OOM-killed in the sandbox; envd answers; the group stays within its limit (+1 MiB the kernel lets a dying task charge)",
-		observed: fmt.Sprintf("%q exit %d (%s); oom_kill %s before, %s after; /health %d %v; state %s (%v); group peak %d of %d bytes",
-			r.out, r.exit, r.status, before, oomKills, code, err, rec.State, gerr, peak, limit),
-		contained: strings.Contains(r.status, "killed") && before == "0" && oomKills == "1" && err == nil && code/100 == 2 &&
-			gerr == nil && rec.State == store.StateRunning && limit > 0 && limit <= memoryMB<<20 && peak > 0 && peak <= limit+oomSlack})
+		expected: expected,
+		observed: fmt.Sprintf("%q exit %d (%s); oom_kill %s before, %s after (host group: %s); /health %d %v; state %s (%v); group peak %d of %d bytes",
+			r.out, r.exit, r.status, before, after, hostKills, code, err, rec.State, gerr, peak, limit),
+		contained: strings.Contains(r.status, "killed") && before == "0" && after == "1" && (!h.vm() || hostKills == "0") &&
+			err == nil && code/100 == 2 && gerr == nil && rec.State == store.StateRunning &&
+			limit > 0 && limit <= maxLimit && peak > 0 && peak <= limit+oomSlack})
 }
 
 // oomKillCount is the oom_kill count in a memory.oom_control or
@@ -104,7 +124,7 @@ func diskFill(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	got := h.probe(sb, "user", "fill", "/home/user/big")
 	var mb int
 	fmt.Sscanf(got, "ok wrote %d MB", &mb)
-	image := filepath.Join(h.stateDir, sb.ID, "disk.ext4")
+	image := h.s.Disk(sb)
 	var st unix.Stat_t
 	serr := unix.Stat(image, &st)
 	used := st.Blocks * 512
@@ -118,16 +138,28 @@ func diskFill(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 // inodes left: they are all inside its image, so the host's sandbox
 // directory holds as many files as before.
 func inodeFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
-	dir := filepath.Join(h.stateDir, sb.ID)
+	dir := filepath.Join(h.s.StateDir, sb.ID)
+	// The control: the jail's disk is a fresh ext4 of diskMB, with an
+	// inode per 16 KiB; a VM's root is the template's image grown to the
+	// disk, with the image's few inodes per group, so there the flood
+	// must take nine tenths of what statfs showed free first.
+	want, expected := 10000, "creates files (the control: ≥ 10000), then ENOSPC inside (its own ext4 image); no host inodes taken"
+	if h.vm() {
+		var free int
+		fmt.Sscanf(h.probe(sb, "user", "inodes-free", "/home/user"), "ok %d", &free)
+		want = max(free*9/10, 1000)
+		expected = fmt.Sprintf("creates files (the control: ≥ 9/10 of the %d inodes statfs showed free, and ≥ 1000), "+
+			"then ENOSPC inside (its own disk); no host inodes taken", free)
+	}
 	before := countFiles(dir)
 	got := h.probe(sb, "user", "inodes", "/home/user/many")
 	after := countFiles(dir)
 	var n int
 	fmt.Sscanf(got, "ok created %d files", &n)
 	tb.add(t, outcome{attack: "inode exhaustion (empty files)", as: "user",
-		expected:  "creates files (the control: ≥ 10000), then ENOSPC inside (its own ext4 image); no host inodes taken",
+		expected:  expected,
 		observed:  fmt.Sprintf("%s; files in its host directory: %d before, %d after", got, before, after),
-		contained: n >= 10000 && strings.HasSuffix(got, "ENOSPC") && before > 0 && after == before})
+		contained: n >= want && strings.HasSuffix(got, "ENOSPC") && before > 0 && after == before})
 }
 
 func countFiles(dir string) int {
@@ -164,18 +196,25 @@ func fdFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 // stdoutFlood prints floodMB to stdout and reads it all, watching envd's
 // and the test process's memory.
 func stdoutFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
+	mb := floodMB
+	if h.vm() {
+		// Twice the RSS bound, still more than envd could hold unnoticed:
+		// an emulated guest streams some 6 MB/s, and a whole floodMB
+		// would take three minutes of CI.
+		mb = 2 * rssBound >> 20
+	}
 	envd0, self0 := h.envdRSS(sb), rssOf("self")
 	peak := newPeak(func() (int64, int64) { return h.envdRSS(sb), rssOf("self") })
 	var n int64
 	t0 := time.Now()
-	r := h.runStream(sb, "user", func(b []byte) { n += int64(len(b)) }, "flood", strconv.Itoa(floodMB))
+	r := h.runStream(sb, "user", func(b []byte) { n += int64(len(b)) }, "flood", strconv.Itoa(mb))
 	envdPeak, selfPeak := peak.stop()
 	code, err := h.health(sb)
-	tb.add(t, outcome{attack: fmt.Sprintf("stdout flood (%d MB), read by the client", floodMB), as: "user",
+	tb.add(t, outcome{attack: fmt.Sprintf("stdout flood (%d MB), read by the client", mb), as: "user",
 		expected: fmt.Sprintf("streamed; envd and manager-side RSS grow < %d MB", rssBound>>20),
-		observed: fmt.Sprintf("received %d MB in %s, exit %d; envd RSS %d→peak %d MB; test RSS %d→peak %d MB; /health %d",
-			n>>20, time.Since(t0).Round(time.Millisecond), r.exit, envd0>>20, envdPeak>>20, self0>>20, selfPeak>>20, code),
-		contained: r.err == nil && n >= floodMB<<20 && err == nil && code/100 == 2 &&
+		observed: fmt.Sprintf("received %d MB in %s, exit %d %v; envd RSS %d→peak %d MB; test RSS %d→peak %d MB; /health %d",
+			n>>20, time.Since(t0).Round(time.Millisecond), r.exit, r.err, envd0>>20, envdPeak>>20, self0>>20, selfPeak>>20, code),
+		contained: r.err == nil && n >= int64(mb)<<20 && err == nil && code/100 == 2 &&
 			envdPeak-envd0 < rssBound && selfPeak-self0 < rssBound})
 }
 

@@ -1,12 +1,7 @@
-// Package sandboxtest gives tests outside internal/sandbox a template
-// build step runner that runs each step in a real jail sandbox behind a
-// build egress gateway, as the server wires it. It is imported only by
-// tests, so it never ships in a binary; a test binary that uses it must
-// call jail.ExitIfInit first in its TestMain.
 package sandboxtest
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +14,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/gateway"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -26,103 +22,280 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv/inet"
 )
 
-// poolPrefix is the address pool of the step sandboxes; other test
-// packages use other prefixes, and the host lock keeps runs apart.
-var poolPrefix = netip.MustParsePrefix("10.247.0.0/24")
+// Config is what the tests that use a stack differ in. The zero value of
+// a field is the server's default, or nothing of that kind.
+type Config struct {
+	// Backend names the isolation backend sandboxes run on: Jail
+	// (default) or VM.
+	Backend string
+	// Name tells this test's host objects from those of tests running
+	// beside it: the backend's cgroup parent is
+	// agent-sandbox-<Name>-<pid>.
+	Name string
+	// Pool is the sandboxes' address pool. Each test package has its own,
+	// away from the server's default, so that a leftover of one never
+	// holds an address another hands out.
+	Pool netip.Prefix
+	// Ceiling is the operator's egress policy for sandboxes, served by
+	// their gateway (Stack.Gateway); nil: no gateway, so the firewall's
+	// redirects lead nowhere and sandboxes reach nothing outside.
+	Ceiling *egress.Ceiling
+	// BuildCeiling is the egress policy of template build steps
+	// (sandbox.Config.BuildNetwork); nil: build steps reach no network.
+	BuildCeiling *egress.Ceiling
+	// Internet, when set, is a test Internet (internal/testenv/inet) the
+	// stack starts once it holds the host lock: the gateways resolve with
+	// its DNS server, and the probe template trusts its CA (CAFile).
+	// Without one they resolve with the host's first nameserver in
+	// /etc/resolv.conf.
+	Internet *inet.Config
+	// DropLogGroup is the NFLOG group of the firewall's drops, read into
+	// the sandboxes' audit trail; 0: drops are not logged. It must differ
+	// from a running server's.
+	DropLogGroup uint16
+	// MaxConnsPerSandbox caps each sandbox's conntrack entries; 0: no cap.
+	MaxConnsPerSandbox uint32
+	// Userns is the jail's user namespace mode (the jail only). On a host
+	// that cannot have user namespaces, UsernsOn skips the test with the
+	// reason (fails it under CI=true).
+	Userns jail.UsernsMode
+	// Probe adds the template "probe" (Stack.Probe) that sandboxes are
+	// created from: a small root filesystem with the test binary as
+	// /usr/bin/probe, and ProbeFiles. Without it the manager knows no
+	// template and only runs build steps.
+	Probe      bool
+	ProbeFiles []File
+	// Resources are the default CPUs, memory and disk of sandboxes and of
+	// build step sandboxes; zero fields: the manager's defaults.
+	Resources isolation.Resources
+	// LogLevel is the least level of the stack's logs, which go to the
+	// test's output.
+	LogLevel slog.Level
+	// Manager, if set, changes the manager's configuration last (warm
+	// pools, say).
+	Manager func(*sandbox.Config)
+}
 
-// StepRunner returns a sandbox manager whose RunStep runs build steps in
-// jail sandboxes that may reach what ceiling allows, resolving names with
-// the host's resolver (the first nameserver of /etc/resolv.conf). It needs
-// root and holds the host lock on sandbox networking until t ends;
-// everything it made is removed then.
-func StepRunner(t testing.TB, ceiling egress.Ceiling) *sandbox.Manager {
+// Stack is a sandbox manager over real host networking and a real
+// backend, and where its pieces are.
+type Stack struct {
+	Manager *sandbox.Manager
+	Store   *store.Store
+	// Gateway serves the sandboxes' egress policy; nil without
+	// Config.Ceiling.
+	Gateway *gateway.Gateway
+	// Internet is the test Internet; nil without Config.Internet.
+	Internet *inet.Internet
+	// Probe is the probe template; nil without Config.Probe.
+	Probe *template.Template
+	// Backend is the backend's name (Config.Backend).
+	Backend string
+	// Dir is the test's directory the stack keeps its files in.
+	Dir string
+	// StateDir holds the backend's directory of each sandbox.
+	StateDir string
+	// RunDir holds the network namespaces and the jail's binaries.
+	RunDir string
+	// CgroupParent is the parent cgroup of the backend's sandboxes.
+	CgroupParent string
+	// EnvdPath is the envd binary the sandboxes run.
+	EnvdPath string
+}
+
+// Start builds the stack cfg describes and starts its manager. It needs
+// root and holds the host lock on sandbox networking until t ends; then
+// everything it made is removed, and a sandbox the backend still has is
+// an error of the test.
+func Start(t testing.TB, cfg Config) *Stack {
 	t.Helper()
 	testenv.RequireRoot(t)
+	if cfg.Backend == VM {
+		requireVM(t)
+	}
 	testenv.LockFirewall(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-	pool, err := network.NewPool(poolPrefix)
+	s := &Stack{
+		Backend:      cmp.Or(cfg.Backend, Jail),
+		Dir:          dir,
+		StateDir:     filepath.Join(dir, "sandboxes"),
+		RunDir:       filepath.Join(dir, "run"),
+		CgroupParent: fmt.Sprintf("agent-sandbox-%s-%d", cfg.Name, os.Getpid()),
+	}
+	if cfg.Internet != nil {
+		s.Internet = inet.Start(t, *cfg.Internet)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	pool, err := network.NewPool(cfg.Pool)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("making the address pool: %v", err)
+	}
+	fwExisted, _, err := network.FirewallChains()
+	if err != nil {
+		t.Fatalf("looking for the firewall table: %v", err)
 	}
 	fw, err := network.NewFirewall(network.FirewallConfig{
-		Redirects: gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
+		Redirects:          gateway.Redirects(gateway.DefaultDNSPort, gateway.DefaultProxyPort),
+		MaxConnsPerSandbox: cfg.MaxConnsPerSandbox,
+		LogGroup:           cfg.DropLogGroup,
 	})
 	if err != nil {
+		t.Fatalf("making the firewall: %v", err)
+	}
+	// A table that was there belongs to a server's sandboxes.
+	if !fwExisted {
+		t.Cleanup(func() {
+			if err := fw.Delete(context.Background()); err != nil {
+				t.Errorf("deleting the firewall table: %v", err)
+			}
+		})
+	}
+	jailtest.CleanupRunDir(t, s.RunDir, s.CgroupParent)
+	host := jailtest.Network(t, s.RunDir, pool, fw)
+
+	build := s.gateways(t, cfg, pool, fw, log)
+	backend := s.backend(t, cfg, host, log)
+	if s.Store, err = store.Open(ctx, filepath.Join(dir, "db.sqlite")); err != nil {
+		t.Fatalf("opening the store: %v", err)
+	}
+	t.Cleanup(func() { s.Store.Close() })
+	if s.EnvdPath, err = jailtest.BuildEnvd(dir); err != nil {
 		t.Fatal(err)
+	}
+	var tmpls templates
+	if cfg.Probe {
+		s.Probe = s.probeTemplate(t, cfg.ProbeFiles)
+		tmpls = append(tmpls, s.Probe)
+	}
+	mcfg := sandbox.Config{
+		Store: s.Store, Backend: backend, Log: log, Templates: tmpls,
+		Images: &template.Builder{}, EnvdPath: s.EnvdPath,
+		DefaultCPU: cfg.Resources.CPUCount, DefaultMemory: cfg.Resources.MemoryMB, DefaultDisk: cfg.Resources.DiskSizeMB,
+		StepResources: cfg.Resources,
+	}
+	// Only set, never a nil pointer in the interface.
+	if s.Gateway != nil {
+		mcfg.Network = s.Gateway
+	}
+	if build != nil {
+		mcfg.BuildNetwork = build
+	}
+	if cfg.Manager != nil {
+		cfg.Manager(&mcfg)
+	}
+	if s.Manager, err = sandbox.New(mcfg); err != nil {
+		t.Fatalf("making the manager: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Manager.Close()
+		waitSnapshots(t, s.Dir)
+		if ids, err := backend.(leftovers).Leftovers(nil); err != nil || len(ids) > 0 {
+			t.Errorf("sandboxes left behind by the %s backend: %v %v", s.Backend, ids, err)
+		}
+	})
+	if err := s.Manager.Start(ctx); err != nil {
+		t.Fatalf("starting the manager: %v", err)
+	}
+	return s
+}
+
+// leftovers is what both backends have beyond the contract: the sandboxes
+// their state directory still holds.
+type leftovers interface {
+	Leftovers(known map[string]bool) ([]string, error)
+}
+
+// gateways makes the sandboxes' gateway (s.Gateway) and returns the build
+// steps' one, as cfg asks; both are closed when t ends.
+func (s *Stack) gateways(t testing.TB, cfg Config, pool *network.Pool, fw *network.Firewall, log *slog.Logger) (build *gateway.Gateway) {
+	t.Helper()
+	if cfg.Ceiling == nil && cfg.BuildCeiling == nil {
+		return nil
 	}
 	reserved, err := network.HostPrefixes()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("reading the host's prefixes: %v", err)
 	}
-	for _, p := range append(reserved, pool.Prefix()) {
-		ceiling.ReservedCIDRs = append(ceiling.ReservedCIDRs, p.String())
+	reserved = append(reserved, pool.Prefix())
+	var upstream string
+	if s.Internet != nil {
+		upstream = s.Internet.DNS.String()
+	} else if upstream, err = hostResolver(); err != nil {
+		t.Fatalf("finding the host's resolver: %v", err)
 	}
-	upstream, err := hostResolver()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw, err := gateway.New(gateway.Config{
-		Ceiling: ceiling, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: upstream}}, Firewall: fw, Log: log,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
-	runDir := filepath.Join(dir, "run")
-	cgParent := fmt.Sprintf("agent-sandbox-steptest-%d", os.Getpid())
-	backend, err := jail.New(jail.Config{
-		StateDir: filepath.Join(dir, "sandboxes"), RunDir: runDir, CgroupParent: cgParent, Log: log,
-		Network: jailtest.Network(t, runDir, pool, fw),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jailtest.CleanupRunDir(t, runDir, cgParent)
-	st, err := store.Open(ctx, filepath.Join(dir, "db.sqlite"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	envd, err := jailtest.BuildEnvd(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := sandbox.New(sandbox.Config{
-		Store: st, Backend: backend, Log: log, Templates: noTemplates{}, EnvdPath: envd, BuildNetwork: gw,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		m.Close()
-		if ids, err := backend.Leftovers(nil); err != nil || len(ids) > 0 {
-			t.Errorf("build step sandboxes left behind: %v %v", ids, err)
+	newGateway := func(c egress.Ceiling) *gateway.Gateway {
+		for _, p := range reserved {
+			c.ReservedCIDRs = append(c.ReservedCIDRs, p.String())
 		}
-	})
-	return m
+		gw, err := gateway.New(gateway.Config{
+			Ceiling: c, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: upstream}}, Firewall: fw, Log: log,
+		})
+		if err != nil {
+			t.Fatalf("making a gateway: %v", err)
+		}
+		t.Cleanup(gw.Close)
+		return gw
+	}
+	if cfg.Ceiling != nil {
+		s.Gateway = newGateway(*cfg.Ceiling)
+		if cfg.DropLogGroup != 0 {
+			recordDrops(t, s.Gateway, cfg.DropLogGroup)
+		}
+	}
+	if cfg.BuildCeiling != nil {
+		build = newGateway(*cfg.BuildCeiling)
+	}
+	return build
 }
 
-// noTemplates knows no template: the manager only runs build steps.
-type noTemplates struct{}
+// recordDrops reads the firewall's drop log into gw's audit trail until t
+// ends.
+func recordDrops(t testing.TB, gw *gateway.Gateway, group uint16) {
+	t.Helper()
+	dl, err := network.OpenDropLog(group)
+	if err != nil {
+		t.Fatalf("opening the drop log: %v", err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := gw.RecordDrops(ctx, dl); err != nil {
+			t.Errorf("reading the drop log: %v", err)
+		}
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-done
+		dl.Close()
+	})
+}
 
-func (noTemplates) Lookup(ref string) (*template.Template, error) {
+// templates is a fixed template set, by name.
+type templates []*template.Template
+
+// Lookup implements sandbox.Templates.
+func (ts templates) Lookup(ref string) (*template.Template, error) {
+	for _, t := range ts {
+		if t.Name == ref {
+			return t, nil
+		}
+	}
 	return nil, fmt.Errorf("%q: %w", ref, template.ErrNotFound)
 }
 
 // hostResolver is the first nameserver of /etc/resolv.conf, as host:port.
 func hostResolver() (string, error) {
-	f, err := os.Open("/etc/resolv.conf")
+	b, err := os.ReadFile("/etc/resolv.conf")
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if fields := strings.Fields(sc.Text()); len(fields) >= 2 && fields[0] == "nameserver" {
+	for _, line := range strings.Split(string(b), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == "nameserver" {
 			if a, err := netip.ParseAddr(fields[1]); err == nil {
 				return netip.AddrPortFrom(a.WithZone(""), 53).String(), nil
 			}

@@ -1,6 +1,7 @@
-// Package jailtest holds what tests that start real jails need: a small root
-// filesystem built from host binaries, and the cgroup directories to clean
-// up. It is imported only by tests, so it never ships in a binary.
+// Package jailtest holds what tests that start real sandboxes need: a small
+// root filesystem built from host binaries, envd and the vm backend's init
+// built from this module, and the cgroup directories to clean up. It is
+// imported only by tests, so it never ships in a binary.
 package jailtest
 
 import (
@@ -156,12 +157,20 @@ func copyFile(src, dst string, mode os.FileMode) error {
 
 // BuildEnvd builds envd (static, as sandboxes need it) into dir and returns
 // its path.
-func BuildEnvd(dir string) (string, error) {
-	p := filepath.Join(dir, "envd")
-	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/envd")
+func BuildEnvd(dir string) (string, error) { return buildStatic(dir, "envd") }
+
+// BuildVMInit builds the vm backend's guest init (cmd/vminit, static: it
+// runs from the initramfs) into dir and returns its path.
+func BuildVMInit(dir string) (string, error) { return buildStatic(dir, "vminit") }
+
+// buildStatic builds the command cmd/<name> of this module, without cgo,
+// into dir/<name>.
+func buildStatic(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building envd: %v: %s", err, out)
+		return "", fmt.Errorf("building %s: %v: %s", name, err, out)
 	}
 	return p, nil
 }
