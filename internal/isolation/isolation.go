@@ -56,6 +56,9 @@ func ValidID(id string) error {
 }
 
 // Backend starts sandboxes and finds them again after a server restart.
+// A backend with background work of its own also implements io.Closer:
+// the manager closes it when it closes, which ends that work (never the
+// sandboxes).
 type Backend interface {
 	// Name is the backend's name as configured and stored ("jail", …).
 	Name() string

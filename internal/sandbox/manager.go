@@ -22,8 +22,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -310,7 +313,8 @@ func (m *Manager) Start(ctx context.Context) error {
 	return nil
 }
 
-// Close stops background work and discards the warm pools' members.
+// Close stops background work and discards the warm pools' members, then
+// closes each backend that has background work of its own (an io.Closer).
 // Running sandboxes keep running and are adopted by the next server.
 func (m *Manager) Close() error {
 	m.mu.Lock()
@@ -323,7 +327,13 @@ func (m *Manager) Close() error {
 	m.mu.Unlock()
 	m.wg.Wait()
 	m.drainPools()
-	return nil
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(m.backends)) {
+		if c, ok := m.backends[name].(io.Closer); ok {
+			errs = append(errs, c.Close())
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // goroutine runs f in a goroutine that Close waits for, unless the manager

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
@@ -32,10 +33,13 @@ import (
 type Backend struct {
 	cfg  Config
 	kvm  KVM
-	root string           // QEMU's root directory (root_linux.go)
-	ids  *idmap.Allocator // the QEMU processes' uids
-	net  *network.Host
-	boot *bootCache
+	root string // QEMU's root directory (root_linux.go)
+	// cmdline is the guest kernel's command line, made at the first
+	// start (it measures the host's TSC).
+	cmdline func() string
+	ids     *idmap.Allocator // the QEMU processes' uids
+	net     *network.Host
+	boot    *bootCache
 	// snaps is nil with Config.Snapshots off.
 	snaps *snapshots
 }
@@ -93,7 +97,8 @@ func New(cfg Config) (*Backend, error) {
 	}
 	b := &Backend{
 		cfg: cfg, kvm: kvm, root: root, ids: ids, net: cfg.Network,
-		boot: &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
+		cmdline: sync.OnceValue(func() string { return guestCmdline(hostTSCKHz()) }),
+		boot:    &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
 	}
 	if cfg.Snapshots {
 		b.snaps = newSnapshots(filepath.Join(cfg.CacheDir, "snapshots"), cfg.Log)
@@ -103,6 +108,15 @@ func New(cfg Config) (*Backend, error) {
 
 // Name implements isolation.Backend.
 func (b *Backend) Name() string { return "vm" }
+
+// Close ends the memory snapshots being made in the background and waits
+// until the VMs booted for them are gone. The sandboxes run on.
+func (b *Backend) Close() error {
+	if b.snaps != nil {
+		b.snaps.close()
+	}
+	return nil
+}
 
 // Capabilities implements isolation.Backend: a VM pauses (QMP stop),
 // saves its memory with its disk and boots from the template's ext4
@@ -139,6 +153,8 @@ type state struct {
 	// backed by. A snapshot of the VM records both.
 	MAC   string `json:"mac"`
 	Image string `json:"image"`
+	// Cgroup is QEMU's group, relative to the hierarchies' root.
+	Cgroup string `json:"cgroup"`
 }
 
 // memoryOverheadMB is what the QEMU process may use beyond the guest's
@@ -311,7 +327,7 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 	}
 	m := &machine{
 		id: spec.ID, accel: b.cfg.Accel, cpus: res.CPUCount, memoryMB: res.MemoryMB,
-		diskIO: res.DiskIO, mac: macAddress(spec.ID), tbMB: tcgCacheMB,
+		diskIO: res.DiskIO, mac: macAddress(spec.ID), tbMB: tcgCacheMB, cmdline: b.cmdline(),
 	}
 	lf := launchFiles{
 		qmp: filepath.Join(dir, qmpSocket), console: filepath.Join(dir, consoleSocket), tap: tap, kernel: b.boot.kernel.Vmlinuz, initrd: p.initrd,
@@ -335,7 +351,7 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 	inst.state = state{
 		Pid: inst.pid, Start: inst.start, UID: uid, Gateway: link.Gateway, Address: link.Address,
 		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskMB: res.DiskSizeMB,
-		MAC: m.mac, Image: spec.RootImage,
+		MAC: m.mac, Image: spec.RootImage, Cgroup: b.cgroupName(spec.ID),
 	}
 	if restore {
 		err = inst.restore(ctx, snap, vminit.Identity{Hostname: p.hostname, Network: guestNet}, spec.EnvdAccessToken)

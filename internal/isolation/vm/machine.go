@@ -21,6 +21,8 @@ type machine struct {
 	// tbMB caps TCG's translation cache (QEMU's default reserves 1 GiB,
 	// which a busy guest fills, all of it host memory).
 	tbMB int
+	// cmdline is the guest kernel's (guestCmdline).
+	cmdline string
 	// incoming: the guest's state comes from a snapshot
 	// (qmp.MigrateIncoming), not from booting the kernel.
 	incoming bool
@@ -54,15 +56,21 @@ func fdsetPath(set int) string { return "/dev/fdset/" + strconv.Itoa(set) }
 // only (-kernel, -initrd).
 func procFd(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
 
-// guestCmdline is the guest kernel's command line. Under TCG, with
-// several guests booting at once on a loaded host, the kernel's timer
-// calibration hangs unless the TSC frequency and lpj are given and the TSC
-// is trusted (measured: four parallel boots on two cores hang 4/4 with
-// tsc=unstable, boot 4/4 with these); under KVM they are harmless.
-// panic=-1 with -no-reboot makes a guest panic (or vminit's reboot) end
-// QEMU.
-const guestCmdline = "console=ttyS0 quiet panic=-1 tsc=reliable tsc_early_khz=2000000 lpj=5000000 " +
-	"8250.nr_uarts=1 random.trust_cpu=on rdinit=/init"
+// guestCmdline is the guest kernel's command line, for a host TSC of
+// tscKHz (hostTSCKHz; 0: unknown). The guest's TSC ticks at the host's
+// rate, which the kernel is told, with lpj to match (CONFIG_HZ=250), and
+// trusts: under TCG, with several guests booting at once on a loaded
+// host, its own calibration hangs (measured: four parallel boots on two
+// cores hang 4/4 with tsc=unstable, boot 4/4 with these), and a wrong
+// rate makes its clock run fast or slow by the ratio. panic=-1 with
+// -no-reboot makes a guest panic (or vminit's reboot) end QEMU.
+func guestCmdline(tscKHz int) string {
+	if tscKHz <= 0 {
+		tscKHz = 2_000_000 // a guess: the clock then drifts, but the guest boots
+	}
+	return fmt.Sprintf("console=ttyS0 quiet panic=-1 tsc=reliable tsc_early_khz=%d lpj=%d "+
+		"8250.nr_uarts=1 random.trust_cpu=on rdinit=/init", tscKHz, tscKHz*1000/250)
+}
 
 // args is QEMU's command line for m.
 func (m *machine) args() []string {
@@ -99,7 +107,7 @@ func (m *machine) args() []string {
 		"-serial", "chardev:console",
 		"-kernel", procFd(kernelFd),
 		"-initrd", procFd(initrdFd),
-		"-append", guestCmdline,
+		"-append", m.cmdline,
 		"-chardev", "socket,id=qmp,fd=" + strconv.Itoa(qmpFd) + ",server=on,wait=off",
 		"-mon", "chardev=qmp,mode=control",
 		"-add-fd", fmt.Sprintf("fd=%d,set=%d", overlayFd, overlaySet),

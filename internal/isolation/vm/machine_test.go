@@ -1,6 +1,7 @@
 package vm
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -47,4 +48,34 @@ func TestGuestReason(t *testing.T) {
 			t.Errorf("guestReason(%q) = %q, want %q", tc.console, got, tc.want)
 		}
 	}
+}
+
+func TestGuestCmdline(t *testing.T) {
+	got := guestCmdline(2_600_000)
+	for _, want := range []string{"tsc=reliable", "tsc_early_khz=2600000", "lpj=10400000", "panic=-1", "rdinit=/init"} {
+		if !strings.Contains(" "+got+" ", " "+want+" ") {
+			t.Errorf("guestCmdline(2.6 GHz) = %q, lacks %s", got, want)
+		}
+	}
+	if got := guestCmdline(0); !strings.Contains(got, "tsc_early_khz=2000000 ") {
+		t.Errorf("guestCmdline(unknown) = %q, want the guess", got)
+	}
+}
+
+func TestHostTSCKHz(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		if k := hostTSCKHz(); k != 0 {
+			t.Errorf("hostTSCKHz on %s = %d, want 0 (unknown)", runtime.GOARCH, k)
+		}
+		return
+	}
+	a, b := hostTSCKHz(), hostTSCKHz()
+	if a < 100_000 || a%1000 != 0 {
+		t.Fatalf("hostTSCKHz = %d, want whole MHz of at least 100", a)
+	}
+	// Rounded to MHz, two measurements agree (or straddle one boundary).
+	if d := a - b; d > 1000 || d < -1000 {
+		t.Errorf("hostTSCKHz = %d then %d", a, b)
+	}
+	t.Logf("host TSC: %d kHz", a)
 }

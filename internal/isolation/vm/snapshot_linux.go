@@ -62,7 +62,7 @@ const snapshotVersion = "2"
 // snapshotKey names the boot snapshot of p's shape: everything the saved
 // guest's state depends on.
 func (b *Backend) snapshotKey(p *plan) (string, error) {
-	parts := []string{snapshotVersion, b.cfg.Accel, p.initrd, p.tools,
+	parts := []string{snapshotVersion, b.cfg.Accel, b.cmdline(), p.initrd, p.tools,
 		strconv.Itoa(p.spec.Resources.CPUCount), strconv.Itoa(p.spec.Resources.MemoryMB),
 		strconv.Itoa(p.spec.Resources.DiskSizeMB), strconv.Itoa(guestPids(p.spec.Resources)),
 		strconv.FormatBool(b.cfg.NoNewPrivs)}
@@ -322,13 +322,16 @@ func syncFile(path string) error {
 // under dir. A snapshot is made in the background, once per key at a
 // time; one that failed is not tried again for a while.
 type snapshots struct {
-	dir  string
-	log  *slog.Logger
-	wg   sync.WaitGroup // the makings under way
-	mu   sync.Mutex
-	made map[string]*snapshot
-	busy map[string]bool      // being made
-	fail map[string]time.Time // when making last failed
+	dir string
+	log *slog.Logger
+	// ctx ends the makings under way when the backend closes.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the makings under way
+	mu     sync.Mutex
+	made   map[string]*snapshot
+	busy   map[string]bool      // being made
+	fail   map[string]time.Time // when making last failed
 }
 
 // How long making a snapshot may take (a cold boot under TCG on a busy
@@ -339,7 +342,18 @@ const (
 )
 
 func newSnapshots(dir string, log *slog.Logger) *snapshots {
-	return &snapshots{dir: dir, log: log, made: map[string]*snapshot{}, busy: map[string]bool{}, fail: map[string]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &snapshots{
+		dir: dir, log: log, ctx: ctx, cancel: cancel,
+		made: map[string]*snapshot{}, busy: map[string]bool{}, fail: map[string]time.Time{},
+	}
+}
+
+// close ends the makings under way and waits for them (and for the VMs
+// they booted) to be gone.
+func (s *snapshots) close() {
+	s.cancel()
+	s.wg.Wait()
 }
 
 // get returns key's snapshot, or nil if there is none (yet).
@@ -374,7 +388,7 @@ func loadSnapshot(dir string) (*snapshot, error) {
 func (s *snapshots) makeLater(key string, make func(ctx context.Context, dir string) (*snapshot, error)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.busy[key] || time.Since(s.fail[key]) < snapshotRetry {
+	if s.busy[key] || time.Since(s.fail[key]) < snapshotRetry || s.ctx.Err() != nil {
 		return
 	}
 	s.busy[key] = true
@@ -397,7 +411,7 @@ func (s *snapshots) makeLater(key string, make func(ctx context.Context, dir str
 }
 
 func (s *snapshots) make(key string, make func(ctx context.Context, dir string) (*snapshot, error)) (*snapshot, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), snapshotTimeout)
+	ctx, cancel := context.WithTimeout(s.ctx, snapshotTimeout)
 	defer cancel()
 	dir := filepath.Join(s.dir, key)
 	tmp := dir + ".new"

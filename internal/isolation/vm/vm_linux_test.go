@@ -218,6 +218,19 @@ func TestBoot(t *testing.T) {
 			t.Errorf("QEMU's root holds %s", got)
 		}
 	}
+	// Its clock keeps the host's time: its TSC is the host's, at the rate
+	// the kernel was told.
+	uptime := func() (float64, time.Time) {
+		var up float64
+		fmt.Sscan(sh(t, inst, tok, "read up idle < /proc/uptime; echo $up"), &up)
+		return up, time.Now()
+	}
+	u0, h0 := uptime()
+	time.Sleep(5 * time.Second)
+	u1, h1 := uptime()
+	if r := (u1 - u0) / h1.Sub(h0).Seconds(); r < 0.97 || r > 1.03 {
+		t.Errorf("the guest's clock ran %.2f× the host's over %v", r, h1.Sub(h0))
+	}
 	// Its quotas: CPUs, memory, the root file system grown to the disk size.
 	if got := sh(t, inst, tok, "nproc"); got != "1" {
 		t.Errorf("nproc = %q, want 1", got)
@@ -365,7 +378,7 @@ func assertGone(t *testing.T, b *Backend, id string) {
 
 func TestSnapshotBoot(t *testing.T) {
 	b := newTestBackend(t, func(c *Config) { c.Snapshots = true })
-	t.Cleanup(b.snaps.wg.Wait) // a making under way ends before the backend's network does
+	t.Cleanup(func() { b.Close() }) // a making under way ends before the backend's network does
 	first := testSpec()
 	start(t, b, first)
 	b.snaps.wg.Wait()

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
@@ -71,13 +70,10 @@ func (s *Stack) backend(t testing.TB, cfg Config, host *network.Host, log *slog.
 			t.Fatal(err)
 		}
 		// Snapshots on, as the server runs: the first sandbox boots cold,
-		// the others are restored. TCG whatever the host: QEMU runs as an
-		// unprivileged uid, which a root-only /dev/kvm refuses though
-		// the backend's check (as root) passes, and the suites' time
-		// budget is that of emulated VMs, as on CI hosts without KVM.
+		// the others are restored. KVM where the server would use it.
 		b, err := vm.New(vm.Config{
 			StateDir: s.StateDir, CacheDir: filepath.Join(s.Dir, "vm-boot"), Snapshots: true, Log: log,
-			Network: host, Init: init, CgroupParent: s.CgroupParent, Accel: vm.AccelTCG,
+			Network: host, Init: init, CgroupParent: s.CgroupParent,
 		})
 		if err != nil {
 			t.Fatalf("making the vm backend: %v", err)
@@ -88,38 +84,10 @@ func (s *Stack) backend(t testing.TB, cfg Config, host *network.Host, log *slog.
 	return nil
 }
 
-// waitSnapshots waits until no memory snapshot is being made under the
-// stack's vm cache (the vm backend makes each in the background, in a
-// directory <key>.new that becomes <key> or goes), so that the VM it
-// boots for that is gone before the stack's networking is. It gives up
-// after the backend's own bound on a making.
-func waitSnapshots(t testing.TB, dir string) {
-	t.Helper()
-	pattern := filepath.Join(dir, "vm-boot", "snapshots", "*.new")
-	deadline := time.Now().Add(4 * time.Minute)
-	for {
-		making, err := filepath.Glob(pattern)
-		if err != nil || len(making) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("a memory snapshot is still being made: %v", making)
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // Cgroup is the host cgroup of sb's processes, relative to the
 // hierarchy's root: the jail's group of the sandbox, or the group of the
 // VM's QEMU process.
 func (s *Stack) Cgroup(sb store.Sandbox) (string, error) {
-	if s.Backend == VM {
-		// The vm backend names its QEMU groups so and records no name in
-		// its state; were that to change, reading the group would fail,
-		// not pass.
-		return s.CgroupParent + "/" + sb.ID, nil
-	}
 	var st struct {
 		Cgroup string `json:"cgroup"`
 	}
