@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/mountinfo"
 )
 
 // fdList reports every descriptor the probe holds as fd=target, with a
@@ -112,7 +114,7 @@ func mounts() (string, error) {
 		if len(f) < 5 {
 			continue
 		}
-		mp := unescapeMountinfo(f[4])
+		mp := mountinfo.Unescape(f[4])
 		var st unix.Statfs_t
 		if err := unix.Statfs(mp, &st); err != nil {
 			v.Statfs[mp] = 0
@@ -122,22 +124,6 @@ func mounts() (string, error) {
 	}
 	out, err := json.Marshal(v)
 	return string(out), err
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // udpFlood sends n datagrams to each address, each from a socket of its
