@@ -97,6 +97,13 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	if err := ns.Do(cmd.Start); err != nil {
 		return nil, fmt.Errorf("starting QEMU: %w", err)
 	}
+	// QEMU has its copies. The monitor's listener must be QEMU's alone:
+	// were ours open, a QEMU that exits before its greeting would leave
+	// qmp.Dial connected to a listener nobody accepts on, for ever.
+	for _, f := range opened {
+		f.Close()
+	}
+	opened = nil
 	inst := newInstance(b, m.id, cg, nil)
 	inst.pid, inst.console, inst.consoleIn = cmd.Process.Pid, console, consoleIn
 	inst.signal = func(sig unix.Signal) error { return ignoreDone(cmd.Process.Signal(sig)) }
