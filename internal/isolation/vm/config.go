@@ -129,9 +129,15 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// KVMUsable reports whether this process can open /dev/kvm, which
-// hardware virtualisation needs.
+// KVMUsable reports whether QEMU, as the backend runs it (an unprivileged
+// uid of a sandbox's range, without supplementary groups), can open
+// /dev/kvm, which hardware virtualisation needs: root opening it is not
+// enough.
 func KVMUsable() bool {
+	fi, err := os.Stat("/dev/kvm")
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 || fi.Mode().Perm()&0o006 != 0o006 {
+		return false
+	}
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
 	if err != nil {
 		return false
