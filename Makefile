@@ -73,7 +73,8 @@ test-recovery:
 ## fails when the bench cannot measure, never on a figure. Its data dir is its
 ## own (two servers must not share a database), seeded with hard links to the
 ## base templates the SDK suite built, so it does not debootstrap again; only
-## complete templates (those with a template.json) are linked.
+## complete templates (those with a template.json) are linked. The vm figures'
+## servers use $(BENCH_DATA_DIR)-vm, which the bench seeds from it the same way.
 SDK_DATA_DIR   ?= $(or $(AGENT_SANDBOX_TEST_DATA_DIR),/var/lib/agent-sandbox-sdk-test)
 BENCH_DATA_DIR ?= /var/lib/agent-sandbox-bench-smoke
 bench-smoke: build

@@ -20,16 +20,22 @@ type Options struct {
 	ServerURL, APIKey string
 	Binary            string   // agent-sandbox to start; default: this executable
 	DataDir           string   // the own servers' data dir; default /var/lib/agent-sandbox-bench
+	VMDataDir         string   // the vm figures' servers' data dir; default DataDir-vm, seeded from DataDir's template
 	Listen            string   // the own servers' address; default a free loopback port
 	ServeArgs         []string // further flags for serve
 	StartTimeout      time.Duration
-	Template          string // default base
-	Pool              string // --warm-pool of the pooled server; default TEMPLATE=2
-	Quick             bool   // smoke mode: a few samples of every figure
+	// WaitHost: a server that finds the host's sandbox networking in use
+	// (another server, a networking test) waits for it instead of failing.
+	WaitHost bool
+	Template string // default base
+	Pool     string // --warm-pool of the pooled server; default TEMPLATE=2
+	Quick    bool   // smoke mode: a few samples of every figure
 	// Only names the groups of figures to measure (Groups); empty: all.
 	Only []string
 
 	Samples       int           // serial samples per latency figure (default 50, quick 3)
+	VMSamples     int           // the same for the vm figures (default 20, quick 2)
+	VMMaxIdle     int           // most idle VMs the vm density figure starts (default 10, quick 2)
 	Gap           time.Duration // pause between pooled serial creates so the pool refills
 	MemoryBudget  int64         // host memory the density figure may fill (default 2 GiB)
 	MaxIdle       int           // most idle sandboxes the density figure starts (default 1000)
@@ -39,7 +45,7 @@ type Options struct {
 }
 
 // Groups are the groups of figures a run measures, for Options.Only.
-var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk"}
+var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "vm"}
 
 // runs reports whether the run measures group.
 func (o *Options) runs(group string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, group) }
@@ -60,6 +66,9 @@ func (o *Options) setDefaults() error {
 	if o.DataDir == "" {
 		o.DataDir = "/var/lib/agent-sandbox-bench"
 	}
+	if o.VMDataDir == "" {
+		o.VMDataDir = o.DataDir + "-vm"
+	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 15 * time.Minute // a first start builds the template
 	}
@@ -74,6 +83,12 @@ func (o *Options) setDefaults() error {
 		if o.Quick {
 			o.Samples = 3
 		}
+	}
+	if o.VMSamples <= 0 {
+		o.VMSamples = o.scale(20, 2)
+	}
+	if o.VMMaxIdle <= 0 {
+		o.VMMaxIdle = o.scale(10, 2)
 	}
 	if o.Gap <= 0 {
 		o.Gap = 500 * time.Millisecond
@@ -118,6 +133,10 @@ const (
 	figSandboxBash = "in sandbox: bash -l -c true"
 	figLoopback    = "loopback HTTP, 100 MiB"
 	figFloorMem    = "floor: idle namespaced process"
+	figPoolCreate  = "create→ready, warm pool, serial"
+	figColdCreate  = "create→ready, no pool, serial"
+	figRoundTrip   = "commands.run('true') round trip"
+	figIdleMemory  = "host memory per idle sandbox"
 )
 
 // group is one group of figures (Groups) and what measures it.
@@ -173,19 +192,25 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}},
 			{"cold", func() ([]*Figure, error) {
 				figs, err := measureCold(ctx, &opts, c, false)
-				return append([]*Figure{skipped("create→ready, no pool, serial", "needs a server of its own (run without --server)")}, figs...), err
+				return append([]*Figure{skipped(figColdCreate, "needs a server of its own (run without --server)")}, figs...), err
 			}},
-		}, neighbours(c)...)...)
+		}, append(neighbours(c), group{"vm", func() ([]*Figure, error) {
+			return []*Figure{skipped("vm figures", "need servers of their own, with --backend vm (run without --server)")}, nil
+		}})...)...)
 		if err != nil {
 			return nil, err
 		}
 		r.Figures = append(r.Figures, figs...)
 	} else {
 		r.Server = fmt.Sprintf("own: %s serve --data-dir %s (--warm-pool %s, then none)", opts.Binary, opts.DataDir, opts.Pool)
+		if opts.runs("vm") {
+			r.Server += fmt.Sprintf("; vm: --backend vm --data-dir %s (from snapshots without a pool, --warm-pool %s, then --vm-cold-boot)", opts.VMDataDir, opts.Pool)
+		}
+		jail := serverSpec{dataDir: opts.DataDir, pool: opts.Pool}
 		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") {
-			figs, err := withServer(ctx, &opts, opts.Pool, func(c *client.Client) ([]*Figure, error) {
+			figs, err := withServer(ctx, &opts, jail, func(_ *server, c *client.Client) ([]*Figure, error) {
 				return measure(append([]group{{"pooled", func() ([]*Figure, error) {
-					return measurePooled(ctx, &opts, c, "create→ready, warm pool, serial")
+					return measurePooled(ctx, &opts, c, figPoolCreate)
 				}}}, neighbours(c)...)...)
 			})
 			if err != nil {
@@ -194,11 +219,19 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			r.Figures = append(r.Figures, figs...)
 		}
 		if opts.runs("cold") {
-			figs, err := withServer(ctx, &opts, "none", func(c *client.Client) ([]*Figure, error) {
+			jail.pool = "none"
+			figs, err := withServer(ctx, &opts, jail, func(_ *server, c *client.Client) ([]*Figure, error) {
 				return measureCold(ctx, &opts, c, true)
 			})
 			if err != nil {
 				return nil, err
+			}
+			r.Figures = append(r.Figures, figs...)
+		}
+		if opts.runs("vm") {
+			figs, err := measureVM(ctx, &opts)
+			if err != nil {
+				return nil, fmt.Errorf("vm figures: %w", err)
 			}
 			r.Figures = append(r.Figures, figs...)
 		}
@@ -208,16 +241,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	return r, nil
 }
 
-// withServer runs f against a server of its own with the given pool.
-func withServer(ctx context.Context, opts *Options, pool string, f func(*client.Client) ([]*Figure, error)) ([]*Figure, error) {
-	s, err := startServer(ctx, opts, pool)
+// withServer runs f against a server of its own, started as spec says.
+func withServer(ctx context.Context, opts *Options, spec serverSpec, f func(*server, *client.Client) ([]*Figure, error)) ([]*Figure, error) {
+	s, err := startServer(ctx, opts, spec)
 	if err != nil {
 		return nil, err
 	}
 	c, err := newClient(s.url, s.apiKey)
 	if err == nil {
 		var figs []*Figure
-		figs, err = f(c)
+		figs, err = f(s, c)
 		if serr := s.stop(); err == nil && serr != nil {
 			err = fmt.Errorf("stopping the server: %w", serr)
 		}

@@ -3,7 +3,13 @@
 // one given by URL, drives it through the public Go client as an SDK would,
 // and measures create→ready latency and throughput, the round trip of a
 // command, file transfer through the router, kill latency and the host
-// memory of idle sandboxes. Baselines are measured in the same run on the
+// memory of idle sandboxes; then the same kinds of figure for the vm
+// backend on servers of their own (--backend vm: create from a memory
+// snapshot, from the warm pool and by a cold boot, the round trip, the host
+// memory of idle VMs), each shown against the jail's figure of its kind;
+// the vm servers' debug logs say how many samples were restored or served
+// by the pool, and break the creates down into the server's steps.
+// Baselines are measured in the same run on the
 // same host: the bare isolation floor (fork, new namespaces, exec of
 // /bin/true), bwrap and runsc where installed, the host running the same
 // command, and a loopback HTTP transfer. Every figure is measured; the

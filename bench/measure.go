@@ -19,14 +19,21 @@ import (
 // up after itself.
 const sandboxTimeout = 10 * time.Minute
 
+// createTimes are the times of one create→ready.
+type createTimes struct {
+	call  time.Duration // the create call: the sandbox is up, envd initialised
+	ready time.Duration // the call and the first commands.run('true')
+}
+
 // createReady creates a sandbox and runs `true` in it, as an SDK user
 // does before anything else: the create→ready time.
-func createReady(ctx context.Context, c *client.Client, tmpl string) (*client.Sandbox, time.Duration, error) {
+func createReady(ctx context.Context, c *client.Client, tmpl string) (*client.Sandbox, createTimes, error) {
 	t0 := time.Now()
 	sb, err := c.CreateSandbox(ctx, client.CreateOptions{Template: tmpl, Timeout: sandboxTimeout})
 	if err != nil {
-		return nil, 0, err
+		return nil, createTimes{}, err
 	}
+	call := time.Since(t0)
 	code, err := sb.Run(ctx, "true", client.RunOptions{})
 	d := time.Since(t0)
 	if err == nil && code != 0 {
@@ -34,34 +41,52 @@ func createReady(ctx context.Context, c *client.Client, tmpl string) (*client.Sa
 	}
 	if err != nil {
 		_ = sb.Kill(context.WithoutCancel(ctx))
-		return nil, 0, err
+		return nil, createTimes{}, err
 	}
-	return sb, d, nil
+	return sb, createTimes{call: call, ready: d}, nil
+}
+
+// serial is what serial creates measured.
+type serial struct {
+	call, ready, kill Latency // createTimes, and the kill that followed
 }
 
 // serialCreates creates, readies and kills n sandboxes one at a time,
-// pausing gap after each kill, and returns the create→ready and kill
-// latencies.
-func serialCreates(ctx context.Context, c *client.Client, tmpl string, n int, gap time.Duration) (create, kill *Latency, err error) {
-	create, kill = &Latency{}, &Latency{}
+// pausing gap after each kill.
+func serialCreates(ctx context.Context, c *client.Client, tmpl string, n int, gap time.Duration) (*serial, error) {
+	s := &serial{}
 	for range n {
 		sb, d, err := createReady(ctx, c, tmpl)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		create.add(d)
+		s.call.add(d.call)
+		s.ready.add(d.ready)
 		t0 := time.Now()
 		if err := sb.Kill(ctx); err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		kill.add(time.Since(t0))
+		s.kill.add(time.Since(t0))
 		select {
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(gap):
 		}
 	}
-	return create, kill, nil
+	return s, nil
+}
+
+// warmSerial is serialCreates after one create that is not a sample: it
+// pays for cold caches.
+func warmSerial(ctx context.Context, c *client.Client, tmpl string, n int, gap time.Duration) (*serial, error) {
+	if _, err := serialCreates(ctx, c, tmpl, 1, gap); err != nil {
+		return nil, fmt.Errorf("warm-up create: %w", err)
+	}
+	s, err := serialCreates(ctx, c, tmpl, n, gap)
+	if err != nil {
+		return nil, fmt.Errorf("serial creates: %w", err)
+	}
+	return s, nil
 }
 
 // throughput runs total create→ready→kill cycles from conc workers and
@@ -89,7 +114,7 @@ func throughput(ctx context.Context, c *client.Client, tmpl string, conc, total 
 				if err != nil {
 					errs = append(errs, err)
 				} else {
-					lat.add(d)
+					lat.add(d.ready)
 				}
 				mu.Unlock()
 				if err != nil {
@@ -178,9 +203,9 @@ func transfer(ctx context.Context, sb *client.Sandbox, size, reps int) (up, down
 }
 
 // density starts idle sandboxes until the host's MemAvailable has dropped
-// by budget, max sandboxes run, or deadline passes; it reports the count
-// and the drop per sandbox in MB, and kills them all.
-func density(ctx context.Context, opts *Options, c *client.Client) (count int, perMB float64, err error) {
+// by budget, most sandboxes run, or a deadline passes; it reports the
+// count and the drop per sandbox in MB, and kills them all.
+func density(ctx context.Context, opts *Options, c *client.Client, most int, budget int64) (count int, perMB float64, err error) {
 	before, err := memAvailable()
 	if err != nil {
 		return 0, 0, err
@@ -188,7 +213,7 @@ func density(ctx context.Context, opts *Options, c *client.Client) (count int, p
 	var sbs []*client.Sandbox
 	defer func() { killAll(context.WithoutCancel(ctx), sbs) }()
 	deadline := time.Now().Add(time.Duration(opts.scale(600, 60)) * time.Second)
-	for len(sbs) < opts.MaxIdle && time.Now().Before(deadline) {
+	for len(sbs) < most && time.Now().Before(deadline) {
 		sb, _, err := createReady(ctx, c, opts.Template)
 		if err != nil {
 			return 0, 0, fmt.Errorf("idle sandbox %d: %w", len(sbs)+1, err)
@@ -197,7 +222,7 @@ func density(ctx context.Context, opts *Options, c *client.Client) (count int, p
 		if len(sbs)%10 == 0 {
 			opts.progress("density: %d idle sandboxes", len(sbs))
 		}
-		if now, err := memAvailable(); err == nil && before-now >= opts.MemoryBudget {
+		if now, err := memAvailable(); err == nil && before-now >= budget {
 			break
 		}
 	}
@@ -232,17 +257,13 @@ func killAll(ctx context.Context, sbs []*client.Sandbox) {
 // the command round trip and transfers.
 func measurePooled(ctx context.Context, opts *Options, c *client.Client, createName string) ([]*Figure, error) {
 	opts.progress("serial creates (%d, %v apart so the pool refills)", opts.Samples, opts.Gap)
-	// The first create pays for cold caches; it is not a sample.
-	if _, _, err := serialCreates(ctx, c, opts.Template, 1, opts.Gap); err != nil {
-		return nil, fmt.Errorf("warm-up create: %w", err)
-	}
-	create, kill, err := serialCreates(ctx, c, opts.Template, opts.Samples, opts.Gap)
+	s, err := warmSerial(ctx, c, opts.Template, opts.Samples, opts.Gap)
 	if err != nil {
-		return nil, fmt.Errorf("serial creates: %w", err)
+		return nil, err
 	}
-	fc := latencyFigure(createName, create)
+	fc := latencyFigure(createName, &s.ready)
 	fc.Baseline, fc.target = figFloor, p50p99(5, 20)
-	fk := latencyFigure("kill", kill)
+	fk := latencyFigure("kill", &s.kill)
 	fk.Baseline = figFloor
 	figs := []*Figure{fc}
 
@@ -281,7 +302,7 @@ func measurePooled(ctx context.Context, opts *Options, c *client.Client, createN
 	}
 	fb := latencyFigure(figSandboxBash, inside)
 	fb.Note = "timed inside the sandbox around each run (bash's EPOCHREALTIME): the share of the round trip that is the command itself"
-	fr := latencyFigure("commands.run('true') round trip", rt)
+	fr := latencyFigure(figRoundTrip, rt)
 	fr.Baseline, fr.target = figSandboxBash, p50At(2)
 	figs = append(figs, fb, fr)
 	for _, t := range []struct {
@@ -308,23 +329,20 @@ func measureCold(ctx context.Context, opts *Options, c *client.Client, own bool)
 	var figs []*Figure
 	if own {
 		opts.progress("serial creates without a pool (%d)", opts.Samples)
-		if _, _, err := serialCreates(ctx, c, opts.Template, 1, 0); err != nil {
-			return nil, fmt.Errorf("warm-up create: %w", err)
-		}
-		create, _, err := serialCreates(ctx, c, opts.Template, opts.Samples, 0)
+		s, err := warmSerial(ctx, c, opts.Template, opts.Samples, 0)
 		if err != nil {
-			return nil, fmt.Errorf("serial creates without a pool: %w", err)
+			return nil, fmt.Errorf("without a pool: %w", err)
 		}
-		f := latencyFigure("create→ready, no pool, serial", create)
+		f := latencyFigure(figColdCreate, &s.ready)
 		f.Baseline, f.target = figFloor, p50At(50)
 		figs = append(figs, f)
 	}
 	opts.progress("density: idle sandboxes until MemAvailable drops by %d MiB (at most %d)", opts.MemoryBudget>>20, opts.MaxIdle)
-	count, per, err := density(ctx, opts, c)
+	count, per, err := density(ctx, opts, c, opts.MaxIdle, opts.MemoryBudget)
 	if err != nil {
 		return nil, fmt.Errorf("density: %w", err)
 	}
-	fm := &Figure{Name: "host memory per idle sandbox", Unit: "MB", Value: per, N: count, Baseline: figFloorMem, target: atMost(12, "MB"),
+	fm := &Figure{Name: figIdleMemory, Unit: "MB", Value: per, N: count, Baseline: figFloorMem, target: atMost(12, "MB"),
 		Note: "host MemAvailable drop over the idle sandboxes started, per sandbox; other work on the host moves it"}
 	fn := &Figure{Name: "idle sandboxes started in the budget", Unit: "sandboxes", Value: float64(count), N: count}
 	figs = append(figs, fm, fn)

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,7 +15,18 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 )
+
+// serverSpec is one of the run's own servers: its data dir (one server at
+// a time uses it) and the flags it differs by.
+type serverSpec struct {
+	dataDir string
+	log     string   // the log's name in dataDir; default bench-server.log
+	pool    string   // --warm-pool
+	args    []string // further serve flags, before Options.ServeArgs
+}
 
 // server is an agent-sandbox serve process the run started.
 type server struct {
@@ -26,10 +38,51 @@ type server struct {
 	err     error // set before exited closes
 }
 
-// startServer starts binary serve on a free loopback port with its own
-// data dir and the given --warm-pool, and waits until it is ready (which
-// includes building the template on a first run).
-func startServer(ctx context.Context, opts *Options, pool string) (*server, error) {
+// errHostHeld is returned (wrapped) when a server could not start because
+// another process holds the host's sandbox networking (hostlock).
+var errHostHeld = errors.New("the host's sandbox networking is in use")
+
+// startServer starts binary serve as spec says on a free loopback port,
+// and waits until it is ready (which includes building the template on a
+// first run). With Options.WaitHost, a server that another process's hold
+// on the host's sandbox networking kept from starting is started again
+// once that is free, until StartTimeout.
+func startServer(ctx context.Context, opts *Options, spec serverSpec) (*server, error) {
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	for {
+		s, err := startServerOnce(ctx, opts, spec)
+		if !opts.WaitHost || !errors.Is(err, errHostHeld) {
+			return s, err
+		}
+		opts.progress("%v; waiting for it", err)
+		if err := waitHostFree(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitHostFree polls the host lock until it is free (taking it for an
+// instant, as a starting server would).
+func waitHostFree(ctx context.Context) error {
+	for {
+		release, err := hostlock.Acquire(hostlock.Path, "agent-sandbox bench, seeing whether the host is free", false)
+		if err == nil {
+			release()
+			return nil
+		}
+		if !errors.Is(err, hostlock.ErrHeld) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the host's sandbox networking: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func startServerOnce(ctx context.Context, opts *Options, spec serverSpec) (*server, error) {
 	listen := opts.Listen
 	if listen == "" {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -39,7 +92,7 @@ func startServer(ctx context.Context, opts *Options, pool string) (*server, erro
 		listen = ln.Addr().String()
 		ln.Close()
 	}
-	if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+	if err := os.MkdirAll(spec.dataDir, 0o700); err != nil {
 		return nil, err
 	}
 	var key [20]byte
@@ -47,7 +100,7 @@ func startServer(ctx context.Context, opts *Options, pool string) (*server, erro
 	s := &server{
 		url:     "http://" + listen,
 		apiKey:  "e2b_" + hex.EncodeToString(key[:]),
-		logPath: filepath.Join(opts.DataDir, "bench-server.log"),
+		logPath: filepath.Join(spec.dataDir, cmp.Or(spec.log, "bench-server.log")),
 		exited:  make(chan struct{}),
 	}
 	logf, err := os.Create(s.logPath)
@@ -57,8 +110,8 @@ func startServer(ctx context.Context, opts *Options, pool string) (*server, erro
 	defer logf.Close()
 	// No sandbox cap: the density figure counts how many idle sandboxes
 	// fit, past the cap derived from their memory limits.
-	args := []string{"serve", "--data-dir", opts.DataDir, "--listen", listen, "--api-key", s.apiKey, "--warm-pool", pool, "--max-sandboxes", "0"}
-	args = append(args, opts.ServeArgs...)
+	args := []string{"serve", "--data-dir", spec.dataDir, "--listen", listen, "--api-key", s.apiKey, "--warm-pool", spec.pool, "--max-sandboxes", "0"}
+	args = append(append(args, spec.args...), opts.ServeArgs...)
 	s.cmd = exec.Command(opts.Binary, args...)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	s.cmd.Env = append(os.Environ(), "AGENT_SANDBOX_API_KEY=")
@@ -70,17 +123,19 @@ func startServer(ctx context.Context, opts *Options, pool string) (*server, erro
 		s.err = s.cmd.Wait()
 		close(s.exited)
 	}()
-	if err := s.waitReady(ctx, opts.StartTimeout); err != nil {
+	if err := s.waitReady(ctx); err != nil {
 		s.stop()
-		return nil, fmt.Errorf("%w; the server log %s ends: %s", err, s.logPath, lastLine(s.logPath))
+		last := lastLine(s.logPath)
+		if strings.Contains(last, hostlock.ErrHeld.Error()) {
+			err = fmt.Errorf("%w (%w)", errHostHeld, err)
+		}
+		return nil, fmt.Errorf("%w; the server log %s ends: %s", err, s.logPath, last)
 	}
 	return s, nil
 }
 
 // waitReady polls GET /health until it answers 204.
-func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+func (s *server) waitReady(ctx context.Context) error {
 	for {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.url+"/health", nil)
 		if res, err := http.DefaultClient.Do(req); err == nil {
@@ -98,6 +153,19 @@ func (s *server) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 }
+
+// logSize is where the server's log ends now: what it logs next is read
+// from there (logSince).
+func (s *server) logSize() int64 {
+	fi, err := os.Stat(s.logPath)
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logSince returns what the server has logged from offset on.
+func (s *server) logSince(offset int64) (logged, error) { return readLog(s.logPath, offset) }
 
 // stop ends the server with SIGTERM (it discards its warm pool on the way
 // out), or kills it after 30 s.

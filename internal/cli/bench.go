@@ -18,7 +18,10 @@ var benchCommand = &command{
 the first commands.run('true')) serially with the warm pool and without,
 creates per second at concurrency 10 and 50, the round trip of
 commands.run('true') through the router, 1 MiB and 100 MiB uploads and
-downloads, kill latency, and the host memory of idle sandboxes. Baselines
+downloads, kill latency, and the host memory of idle sandboxes; then the
+same kinds of figure for the vm backend (create from a memory snapshot,
+from the warm pool and by a cold boot, the round trip, the host memory of
+idle VMs), each shown against the jail's. Baselines
 are measured in the same run: the bare isolation floor (fork, the jail's
 namespaces, exec of /bin/true), bwrap and runsc where installed, the host
 running bash -l -c true, and a loopback HTTP transfer; each figure is shown
@@ -26,8 +29,10 @@ as a ratio to its baseline, with the target it is held to.
 
 By default it starts its own server from this binary, twice (with
 --warm-pool, then with none), on a free loopback port with its own data
-dir; a first run there builds the template. With --server it measures that
-server as it is configured. Figures are noisy when other work shares the
+dir; a first run there builds the template. The vm figures start three
+more, with --backend vm, on a data dir of their own (--vm-data-dir, seeded
+with hard links to the template of --data-dir). With --server it measures
+that server as it is configured, without the vm figures. Figures are noisy when other work shares the
 host. The table goes to stdout, progress to stderr.`,
 	interspersed: true,
 	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {
@@ -36,11 +41,15 @@ host. The table goes to stdout, progress to stderr.`,
 		fs.StringVar(&opts.APIKey, "api-key", os.Getenv("E2B_API_KEY"), "API `KEY` for --server (default $E2B_API_KEY)")
 		fs.StringVar(&opts.Binary, "binary", "", "agent-sandbox `BINARY` to start servers from (default: this one)")
 		fs.StringVar(&opts.DataDir, "data-dir", "/var/lib/agent-sandbox-bench", "data `DIR` of the servers it starts")
+		fs.StringVar(&opts.VMDataDir, "vm-data-dir", "", "data `DIR` of the vm servers it starts (default: --data-dir with -vm appended)")
 		fs.StringVar(&opts.Listen, "listen", "", "`ADDR` of the servers it starts (default: a free loopback port)")
+		fs.BoolVar(&opts.WaitHost, "wait-host", false, "when another server or a networking test holds the host's sandbox networking, wait for it before each server start instead of failing")
 		fs.StringVar(&opts.Template, "template", "base", "`TEMPLATE` to create sandboxes from")
 		fs.StringVar(&opts.Pool, "warm-pool", "", "--warm-pool of the pooled server (default TEMPLATE=2)")
 		fs.BoolVar(&opts.Quick, "quick", false, "smoke mode: a few samples of every figure, well under a minute")
 		fs.IntVar(&opts.Samples, "samples", 0, "serial samples per latency figure (default 50; --quick 3)")
+		fs.IntVar(&opts.VMSamples, "vm-samples", 0, "serial samples per vm create figure (default 20; --quick 2)")
+		fs.IntVar(&opts.VMMaxIdle, "vm-max-idle", 0, "most idle VMs the vm memory figure starts, within --memory-budget (default 10; --quick 2)")
 		fs.DurationVar(&opts.Gap, "gap", 0, "pause between serial pooled creates, so the pool refills (default 500ms)")
 		budget := fs.Int64("memory-budget", 0, "host memory in `MIB` the density figure may fill (default 2048; --quick 256)")
 		fs.IntVar(&opts.MaxIdle, "max-idle", 0, "most idle sandboxes the density figure starts (default 1000; --quick 10)")

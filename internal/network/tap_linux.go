@@ -75,6 +75,12 @@ func (ns *Namespace) ForwardTo(dev string, link Link) error {
 			{"ipv6/conf/" + dev + "/disable_ipv6", "1"},
 			{"ipv4/conf/" + PeerName + "/proxy_arp", "1"},
 			{"ipv4/conf/" + dev + "/proxy_arp", "1"},
+			// Proxy ARP answers after a random delay of up to 0.8 s by
+			// default, which gives a real owner on a shared segment the
+			// first word; each of these links has no other. A restored
+			// guest asks for its new gateway when it first answers.
+			{"ipv4/neigh/" + PeerName + "/proxy_delay", "0"},
+			{"ipv4/neigh/" + dev + "/proxy_delay", "0"},
 		} {
 			if err := WriteSysctl(kv[0], kv[1]); err != nil {
 				return err

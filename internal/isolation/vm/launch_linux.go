@@ -93,6 +93,13 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	if err := ns.Do(cmd.Start); err != nil {
 		return nil, fmt.Errorf("starting QEMU: %w", err)
 	}
+	// QEMU has its copies. Its sockets' listeners must be QEMU's alone:
+	// were ours open, a QEMU that exits before it accepts would leave a
+	// connection to a listener nobody accepts on.
+	for _, f := range opened {
+		f.Close()
+	}
+	opened = nil
 	inst := newInstance(b, m.id, cg, nil, console)
 	inst.pid = cmd.Process.Pid
 	inst.signal = func(sig unix.Signal) error { return ignoreDone(cmd.Process.Signal(sig)) }
