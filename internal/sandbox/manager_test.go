@@ -16,10 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/agent-sandbox/agent-sandbox/gen/process"
+	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
-	"github.com/google/go-cmp/cmp"
 )
 
 // fakeTemplates is a Templates over a map by name; IDs work too.
@@ -47,15 +51,29 @@ var testTemplates = fakeTemplates{"base": {
 }}
 
 // fakeEnvd is the part of envd the manager talks to: it records POST /init
-// bodies and the X-Access-Token they came with, and answers GET /health.
+// bodies and the X-Access-Token they came with, answers GET /health, and
+// runs every process it is asked to start at once, exiting 0, recording
+// the command line and the user (the Authorization header).
 type fakeEnvd struct {
 	mu         sync.Mutex
 	inits      []initBody
 	initTokens []string   // X-Access-Token of each of inits
 	initHook   func() int // status for /init; nil: 204
+	runs       []string   // "user: cmd args…" of each process started
+	processes  http.Handler
 }
 
 func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/"+processconnect.ProcessName+"/") {
+		e.mu.Lock()
+		if e.processes == nil {
+			_, e.processes = processconnect.NewProcessHandler(fakeProcesses{e: e})
+		}
+		h := e.processes
+		e.mu.Unlock()
+		h.ServeHTTP(w, r)
+		return
+	}
 	switch r.URL.Path {
 	case "/health":
 		w.WriteHeader(http.StatusNoContent)
@@ -78,6 +96,32 @@ func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+// fakeProcesses is fakeEnvd's process service.
+type fakeProcesses struct {
+	processconnect.UnimplementedProcessHandler
+	e *fakeEnvd
+}
+
+func (p fakeProcesses) Start(_ context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
+	user := "?"
+	if u, _, ok := (&http.Request{Header: req.Header()}).BasicAuth(); ok {
+		user = u
+	}
+	cfg := req.Msg.GetProcess()
+	p.e.mu.Lock()
+	p.e.runs = append(p.e.runs, user+": "+strings.Join(append([]string{cfg.GetCmd()}, cfg.GetArgs()...), " "))
+	p.e.mu.Unlock()
+	for _, ev := range []*process.ProcessEvent{
+		{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: 1}}},
+		{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{Exited: true, Status: "exit status 0"}}},
+	} {
+		if err := stream.Send(&process.StartResponse{Event: ev}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lastInitWithToken returns the last /init body and the token it presented.

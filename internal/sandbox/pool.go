@@ -22,6 +22,7 @@ package sandbox
 // template, which is discarded: waiting sandboxes never refuse real demand.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -391,6 +392,9 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 	inst, err := m.boot(ctx, rec, tmpl, res, log)
 	if err != nil {
 		return nil, err
+	}
+	if err := warmUp(ctx, inst, rec.EnvdAccessToken, cmp.Or(tmpl.User, defaultUser)); err != nil {
+		return nil, m.abort(ctx, rec, inst, log, "warming up", err)
 	}
 	log.Debug("warm pool member ready", "template", tmpl.ID)
 	return &warm{rec: rec, inst: inst}, nil

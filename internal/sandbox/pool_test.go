@@ -94,6 +94,13 @@ func TestPoolTakeAndRefill(t *testing.T) {
 	if len(e.envd.inits) != 0 {
 		t.Fatalf("pool members got /init: %+v", e.envd.inits)
 	}
+	// Each has run the SDK's command line once, as the template's user.
+	e.envd.mu.Lock()
+	runs := slices.Clone(e.envd.runs)
+	e.envd.mu.Unlock()
+	if want := []string{"user: /bin/bash -l -c true", "user: /bin/bash -l -c true"}; !slices.Equal(runs, want) {
+		t.Errorf("pool members ran %q, want %q (a warm-up each)", runs, want)
+	}
 
 	sb := e.create(t, CreateRequest{
 		Timeout: time.Minute, Secure: true,

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -21,6 +22,49 @@ import (
 // readyTimeout bounds how long Create waits for a template's service.
 const readyTimeout = 2 * time.Minute
 
+// warmUpTimeout bounds a pool member's warm-up command.
+const warmUpTimeout = time.Minute
+
+// warmUp runs, as user, the shell command line the SDKs run a command
+// with (bash -l -c) once in a booted sandbox, and waits for its end, so
+// that its first command of a caller's does not pay for first-run costs:
+// the page cache in a jail, the translation of the guest's code in an
+// emulated VM (measured under TCG: 530–660 ms of QEMU's CPU for the first
+// command in a restored VM against 230–260 ms for the next ones).
+func warmUp(ctx context.Context, inst isolation.Instance, token, user string) error {
+	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
+	defer cancel()
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{
+		Cmd: "/bin/bash", Args: []string{"-l", "-c", "true"},
+	}})
+	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	req.Header().Set("X-Access-Token", token)
+	stream, err := processconnect.NewProcessClient(envdClient(inst), "http://envd", connect.WithProtoJSON()).Start(ctx, req)
+	if err != nil {
+		return fmt.Errorf("warming up: %w", err)
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if end := stream.Msg().GetEvent().GetEnd(); end != nil {
+			if end.GetExitCode() != 0 {
+				return fmt.Errorf("warming up: bash -l -c true exited %d: %s", end.GetExitCode(), end.GetError())
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("warming up: %w", cmp.Or(stream.Err(), errors.New("no end event")))
+}
+
+// envdClient reaches envd in inst, a connection per request.
+func envdClient(inst isolation.Instance) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return inst.Dial(ctx, EnvdPort)
+		},
+		DisableKeepAlives: true,
+	}}
+}
+
 // startService runs the template's start command through envd, as root in
 // the background, and waits until its ready port accepts connections. It
 // does nothing for a template without one.
@@ -28,13 +72,7 @@ func startService(ctx context.Context, inst isolation.Instance, rec store.Sandbo
 	if tmpl.Spec.StartCmd == "" {
 		return nil
 	}
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return inst.Dial(ctx, EnvdPort)
-		},
-		DisableKeepAlives: true,
-	}}
-	defer hc.CloseIdleConnections()
+	hc := envdClient(inst)
 	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{
 		Cmd: "/bin/bash", Args: []string{"-l", "-c", tmpl.Spec.StartCmd},
 	}})
