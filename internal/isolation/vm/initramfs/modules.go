@@ -15,10 +15,11 @@ import (
 // Modules are the kernel modules the guest needs that Debian's cloud
 // kernel builds as modules (ext4, crc32c and the pids cgroup are built
 // in): virtio over MMIO, which QEMU's microvm machine and Firecracker
-// both offer, its block and network drivers, and the nftables NAT that
-// forwards the host side's connections to the guest's loopback (package
-// vminit). Build adds their dependencies.
-var Modules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "nf_tables", "nft_chain_nat", "nft_nat"}
+// both offer, its block and network drivers, the balloon (only for its
+// free page reporting: the guest hands the host back the memory it
+// frees), and the nftables NAT that forwards the host side's connections
+// to the guest's loopback (package vminit). Build adds their dependencies.
+var Modules = []string{"virtio_mmio", "virtio_blk", "virtio_net", "virtio_balloon", "nf_tables", "nft_chain_nat", "nft_nat"}
 
 // KernelVersion is the version of the kernel unpacked in dir, a Debian
 // linux-image package's layout (boot/vmlinuz-<version>,
