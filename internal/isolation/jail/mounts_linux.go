@@ -72,13 +72,11 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 		}
 		rel[i] = r
 	}
-	// nodev: CAP_MKNOD is kept, so device nodes must not work here.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(rel[:len(lowers)], ":"), rel[len(lowers)], rel[len(lowers)+1])
-	if cfg.PlainUpper {
-		// The upper is exported as a build layer, read later as a plain
-		// directory of changes: no redirects, no metacopy.
-		opts += ",index=off,redirect_dir=off,metacopy=off"
-	}
+	// nodev: CAP_MKNOD is kept, so device nodes must not work here. The
+	// upper may be exported (a build step's layer, a snapshot), read later
+	// as a plain directory of changes: no redirects, no metacopy.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off",
+		strings.Join(rel[:len(lowers)], ":"), rel[len(lowers)], rel[len(lowers)+1])
 	if len(opts) >= 4000 { // the kernel takes one page of options
 		return fmt.Errorf("too many layers (%d) for one overlay mount", len(lowers))
 	}
@@ -95,10 +93,14 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 			unix.Close(fd)
 		}
 	}()
-	for _, b := range binaries {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, b.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	bootID, err := writeBootID(cfg)
+	if err != nil {
+		return err
+	}
+	for _, host := range append([]string{bootID}, hostPaths(binaries)...) {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
-			return fmt.Errorf("cloning a mount of %s: %w", b.Host, err)
+			return fmt.Errorf("cloning a mount of %s: %w", host, err)
 		}
 		trees = append(trees, fd)
 	}
@@ -123,6 +125,9 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 	if err := guest.MountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
 		return err
 	}
+	if err := guest.AttachBinary(trees[0], bootIDPath, base); err != nil {
+		return err
+	}
 	if base != 0 {
 		if err := setUserNetSysctls(); err != nil {
 			return err
@@ -141,11 +146,33 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 		return err
 	}
 	for i, b := range binaries {
-		if err := guest.AttachBinary(trees[i], b.Guest, base); err != nil {
+		if err := guest.AttachBinary(trees[i+1], b.Guest, base); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// bootIDPath is where Linux tells a boot from the next; the host's would
+// be the same in every sandbox and across a sandbox's restarts.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// writeBootID writes the sandbox's boot id into a host file of its
+// directory, read-only, which init binds over bootIDPath.
+func writeBootID(cfg *initConfig) (string, error) {
+	p := filepath.Join(filepath.Dir(cfg.DiskDir), bootIDFile)
+	if err := os.WriteFile(p, []byte(cfg.BootID+"\n"), 0o444); err != nil {
+		return "", fmt.Errorf("writing the boot id: %w", err)
+	}
+	return p, nil
+}
+
+func hostPaths(ms []toolMount) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Host
+	}
+	return out
 }
 
 // commonDir is the deepest directory that holds every one of paths
