@@ -69,7 +69,8 @@ func (h *Handler) listedView(sb store.Sandbox) listedView {
 }
 
 // detailView is the SandboxDetail body of GET /sandboxes/{id}: the list
-// item plus what only getInfo returns.
+// item plus what only getInfo returns. PausedWith, ResumedBy and Reboots
+// are our extensions (docs/LIFECYCLE.md).
 type detailView struct {
 	listedView
 	EnvdAccessToken     string          `json:"envdAccessToken,omitempty"`
@@ -77,6 +78,9 @@ type detailView struct {
 	Domain              *string         `json:"domain"`
 	Network             json.RawMessage `json:"network,omitempty"`
 	Lifecycle           lifecycleView   `json:"lifecycle"`
+	PausedWith          string          `json:"pausedWith,omitempty"`
+	ResumedBy           string          `json:"resumedBy,omitempty"`
+	Reboots             int             `json:"reboots,omitempty"`
 }
 
 type lifecycleView struct {
@@ -84,19 +88,32 @@ type lifecycleView struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
+// pausedWith names how a paused sandbox is kept.
+var pausedWith = map[store.PauseKind]string{
+	store.PausedInRAM:  "memory-in-ram",
+	store.PausedOnDisk: "memory-on-disk",
+	store.PausedFiles:  "filesystem",
+}
+
 func (h *Handler) detailView(sb store.Sandbox) detailView {
 	onTimeout := "kill"
 	if sb.AutoPause {
 		onTimeout = "pause"
 	}
-	return detailView{
+	v := detailView{
 		listedView:          h.listedView(sb),
 		EnvdAccessToken:     sb.EnvdAccessToken,
 		AllowInternetAccess: sb.AllowInternetAccess,
 		Domain:              nullable(h.domain),
 		Network:             publicNetwork(sb.Network),
-		Lifecycle:           lifecycleView{OnTimeout: onTimeout},
+		Lifecycle:           lifecycleView{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
+		ResumedBy:           sb.ResumedBy,
+		Reboots:             sb.Reboots,
 	}
+	if sb.State == store.StatePaused {
+		v.PausedWith = pausedWith[sb.PausedAs]
+	}
+	return v
 }
 
 // publicNetwork returns the stored create-time network config without the
