@@ -79,6 +79,9 @@ Environment:
 			"disk-reserve", "free disk kept under DIR/sandboxes: a create is refused (507) while less than this plus the sandbox's disk size is free; `SIZE` like 4GiB, or a percentage of the file system like 5%")
 		fs.Var(funcValue{set: func(v string) (err error) { cfg.PausedRetention, err = parseRetention(v); return err }, get: func() string { return formatRetention(cfg.PausedRetention) }},
 			"paused-retention", "how long a sandbox stays paused before it is killed, the reason recorded: `DURATION` like 30d or 12h; 0 = until killed")
+		fs.DurationVar(&cfg.PauseInRAM, "pause-in-ram", cfg.PauseInRAM, "how long a paused sandbox stays frozen in memory before it is saved to disk with its memory and stopped, where its backend can (vm): `DURATION`; 0 = at once")
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.SnapshotBudget, err = bytesize.Parse(v); return err }, get: func() string { return bytesize.Format(cfg.SnapshotBudget) }},
+			"snapshot-budget", "most disk the snapshots may take under DIR/snapshots, `SIZE` like 20GiB; a snapshot beyond is refused (507); 0 = no bound")
 		fs.Var(funcValue{set: func(v string) error {
 			n, err := bytesize.Parse(v)
 			if err == nil && (n == 0 || n > math.MaxInt64) {

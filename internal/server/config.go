@@ -85,6 +85,14 @@ type Config struct {
 	// PausedRetention is how long a sandbox stays paused before it is
 	// killed; 0 = until it is killed or resumed.
 	PausedRetention time.Duration
+	// PauseInRAM is how long a paused sandbox stays frozen in RAM before
+	// it is saved to disk with its memory and stopped, where its backend
+	// can (the vm's); 0 = at once.
+	PauseInRAM time.Duration
+	// SnapshotBudget bounds the disk the snapshots (POST
+	// /sandboxes/{id}/snapshots) take under DataDir/snapshots, in bytes;
+	// 0 = no bound.
+	SnapshotBudget uint64
 	// MaxBuildContext bounds an uploaded build context: its upload and
 	// its tar uncompressed, in bytes.
 	MaxBuildContext int64
@@ -136,6 +144,12 @@ const (
 // DefaultDiskReserve is the default Config.DiskReserve.
 var DefaultDiskReserve = sandbox.DiskReserve{Percent: 5}
 
+// Defaults of the pause and snapshot settings.
+const (
+	DefaultPauseInRAM     = 10 * time.Minute
+	DefaultSnapshotBudget = 20 << 30
+)
+
 // Resource defaults and maxima of DefaultConfig; the CPU ones depend on
 // the host (a sandbox cannot have more CPUs than nproc shows the server).
 const (
@@ -168,6 +182,8 @@ func DefaultConfig() Config {
 		MaxSandboxes:       MaxSandboxesAuto,
 		DiskReserve:        DefaultDiskReserve,
 		PausedRetention:    sandbox.DefaultPausedRetention,
+		PauseInRAM:         DefaultPauseInRAM,
+		SnapshotBudget:     DefaultSnapshotBudget,
 		MaxBuildContext:    DefaultMaxBuildContext,
 		MaxConnsPerSandbox: DefaultMaxConnsPerSandbox,
 		CPUCount:           min(DefaultCPUCount, runtime.NumCPU()),
@@ -274,6 +290,9 @@ func (c *Config) Validate() error {
 		c.MaxSandboxes = n
 	case c.MaxSandboxes < 0:
 		return fmt.Errorf("--max-sandboxes %d: want auto, 0 (no cap) or more", c.MaxSandboxes)
+	}
+	if c.PauseInRAM < 0 {
+		return fmt.Errorf("--pause-in-ram %s: want 0 (to disk at once) or more", c.PauseInRAM)
 	}
 	if c.PausedRetention < 0 {
 		return fmt.Errorf("--paused-retention %s: want 0 (until killed) or more", c.PausedRetention)

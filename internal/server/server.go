@@ -118,6 +118,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		DiskDir:         sandboxesDir(cfg),
 		DiskReserve:     cfg.DiskReserve,
 		PausedRetention: cfg.PausedRetention,
+		PauseInRAM:      cfg.PauseInRAM,
+		SnapshotDir:     filepath.Join(cfg.DataDir, "snapshots"),
+		SnapshotBudget:  cfg.SnapshotBudget,
 		DefaultCPU:      cfg.CPUCount,
 		DefaultMemory:   cfg.MemoryMB,
 		DefaultDiskIO:   cfg.DiskIO,
@@ -323,7 +326,7 @@ func (s *Server) routes() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up the API: %w", err)
 	}
-	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
+	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Waker: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}
