@@ -87,7 +87,7 @@ func (b *Backend) Name() string { return "jail" }
 // (snapshot_linux.go); it runs from the template directory. Its memory is
 // the host's, which it cannot save.
 func (b *Backend) Capabilities() isolation.Capabilities {
-	return isolation.Capabilities{Pause: true, Export: true, Snapshot: isolation.FilesSnapshot}
+	return isolation.Capabilities{Pause: true, Export: true, Snapshot: isolation.FilesSnapshot, Volumes: true}
 }
 
 func (b *Backend) dir(id string) string        { return filepath.Join(b.cfg.StateDir, id) }
@@ -139,6 +139,14 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	for _, guest := range slices.Sorted(maps.Keys(spec.Tools)) {
 		tools = append(tools, toolMount{Host: spec.Tools[guest], Guest: guest})
 		paths = append(paths, guest, spec.Tools[guest])
+	}
+	var volumes []toolMount
+	for _, v := range spec.Volumes {
+		if v.Target != filepath.Clean(v.Target) || v.Target == "/" {
+			return nil, fmt.Errorf("starting sandbox %s: volume mount point %q is not a clean path below /", spec.ID, v.Target)
+		}
+		volumes = append(volumes, toolMount{Host: v.Source, Guest: v.Target})
+		paths = append(paths, v.Source, v.Target)
 	}
 	for _, p := range paths {
 		if !filepath.IsAbs(p) {
@@ -252,6 +260,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		RootDir:    filepath.Join(dir, rootDir),
 		EnvdPath:   envdPath,
 		Tools:      tools,
+		Volumes:    volumes,
 		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(isolation.EnvdPort)}, // reached by Dial, from inside
 		EnvdToken:  spec.EnvdAccessToken,
 		Hostname:   hostname,

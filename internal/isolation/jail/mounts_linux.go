@@ -29,8 +29,9 @@ var (
 // as the overlay's lower layers, and pivots into it. Runs in init, in the
 // sandbox's fresh mount namespace, after its mounts were made private.
 // base is the host id of the sandbox's root (0 without a user namespace):
-// what init creates in the sandbox belongs to it.
-func buildRoot(cfg *initConfig, lowers []string, base int) error {
+// what init creates in the sandbox belongs to it. volumes are detached
+// mounts (cloneVolumes) of cfg.Volumes, attached last.
+func buildRoot(cfg *initConfig, lowers []string, base int, volumes []int) error {
 	for _, p := range append([]string{cfg.DiskDir, cfg.RootDir}, lowers...) {
 		if strings.ContainsAny(p, ",:\\") {
 			return fmt.Errorf("path %q cannot be an overlay option", p)
@@ -88,11 +89,7 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 	// pivot.
 	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: guest.EnvdPath}}, cfg.Tools...)
 	trees := make([]int, 0, len(binaries))
-	defer func() {
-		for _, fd := range trees {
-			unix.Close(fd)
-		}
-	}()
+	defer func() { closeFds(trees) }()
 	bootID, err := writeBootID(cfg)
 	if err != nil {
 		return err
@@ -150,7 +147,49 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 			return err
 		}
 	}
+	for i, v := range cfg.Volumes {
+		if err := guest.MkdirOwned(v.Guest, base, base); err != nil {
+			return fmt.Errorf("making volume mount point %s: %w", v.Guest, err)
+		}
+		if err := unix.MoveMount(volumes[i], "", unix.AT_FDCWD, v.Guest, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mounting volume at %s: %w", v.Guest, err)
+		}
+	}
 	return nil
+}
+
+// cloneVolumes returns a detached mount of each volume's host directory,
+// without setuid or devices, idmapped through userns when set (the ids a
+// sandbox writes are the ids its processes see), for buildRoot to attach
+// once the host is out of sight.
+func cloneVolumes(vs []toolMount, userns *os.File) (fds []int, err error) {
+	defer func() {
+		if err != nil {
+			closeFds(fds)
+		}
+	}()
+	for _, v := range vs {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, v.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fds, fmt.Errorf("cloning a mount of volume %s: %w", v.Host, err)
+		}
+		fds = append(fds, fd)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if userns != nil {
+			attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+			attr.Userns_fd = uint64(userns.Fd())
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fds, fmt.Errorf("setting up volume %s (idmapped: %v): %w", v.Host, userns != nil, err)
+		}
+	}
+	return fds, nil
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // bootIDPath is where Linux tells a boot from the next; the host's would

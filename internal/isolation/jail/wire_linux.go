@@ -42,7 +42,10 @@ type initConfig struct {
 	// EnvdToken is envd's access token, handed over on guest.EnvdTokenFd.
 	EnvdToken string `json:"envd_token,omitempty"`
 	// Tools are further host binaries mounted read-only like envd.
-	Tools         []toolMount `json:"tools,omitempty"`
+	Tools []toolMount `json:"tools,omitempty"`
+	// Volumes are host directories mounted read-write (Spec.Volumes),
+	// idmapped like the template in a user namespace.
+	Volumes       []toolMount `json:"volumes,omitempty"`
 	Hostname      string      `json:"hostname"`
 	Nameserver    string      `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
 	NoNewPrivs    bool        `json:"no_new_privs"`
