@@ -131,6 +131,16 @@ ALTER TABLE sandboxes ADD COLUMN reboots INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX sandboxes_snapshot ON sandboxes (snapshot_id) WHERE snapshot_id != '';
 UPDATE sandboxes SET paused_as = 'ram' WHERE state = 'paused';
 `,
+	// 6: volumes (E2B's), and the volumes each sandbox mounts.
+	`
+CREATE TABLE volumes (
+	id         TEXT PRIMARY KEY NOT NULL,
+	name       TEXT NOT NULL UNIQUE,
+	size_bytes INTEGER NOT NULL,
+	created_at INTEGER NOT NULL
+) STRICT;
+ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(volume_mounts));
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,

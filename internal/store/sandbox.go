@@ -112,6 +112,8 @@ type Sandbox struct {
 	// Reboots counts the times the sandbox booted again over its kept
 	// file system (a resume of a files-only pause, or a reboot).
 	Reboots int
+	// VolumeMounts are the volumes mounted into the sandbox, by name.
+	VolumeMounts []VolumeMount
 
 	// Backend names the isolation backend that runs the sandbox.
 	Backend string
@@ -129,7 +131,7 @@ const sandboxColumns = `id, template_id, alias, state, reason, started_at, end_a
 	cpu_count, memory_mb, disk_size_mb, metadata, env_vars,
 	envd_access_token, secure, traffic_access_token, allow_internet_access, auto_pause,
 	network, backend, backend_state, updated_at,
-	timeout_sec, auto_pause_files, auto_resume, paused_as, snapshot_id, resumed_by, reboots`
+	timeout_sec, auto_pause_files, auto_resume, paused_as, snapshot_id, resumed_by, reboots, volume_mounts`
 
 // sandboxValues returns the column values for sb in sandboxColumns order.
 func sandboxValues(sb *Sandbox) ([]any, error) {
@@ -180,12 +182,17 @@ func sandboxValues(sb *Sandbox) ([]any, error) {
 	if !sb.PausedAs.Valid() {
 		return nil, fmt.Errorf("pause kind %q: %w", sb.PausedAs, ErrInvalid)
 	}
+	mounts, err := json.Marshal(append([]VolumeMount{}, sb.VolumeMounts...))
+	if err != nil {
+		return nil, fmt.Errorf("encoding volume mounts: %w", err)
+	}
 	return []any{
 		sb.ID, sb.TemplateID, sb.Alias, string(sb.State), sb.Reason, startedAt, endAt,
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, metadata, envVars,
 		sb.EnvdAccessToken, sb.Secure, sb.TrafficAccessToken, allowInternet, sb.AutoPause,
 		network, sb.Backend, backendState, updatedAt,
 		int64(sb.Timeout / time.Second), sb.AutoPauseFiles, sb.AutoResume, string(sb.PausedAs), sb.SnapshotID, sb.ResumedBy, sb.Reboots,
+		string(mounts),
 	}, nil
 }
 
@@ -202,19 +209,25 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		allowInternet         sql.NullBool
 		network, backendState sql.NullString
 		timeout               int64
-		pausedAs              string
+		pausedAs, mounts      string
 	)
 	err := row.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &state, &sb.Reason, &startedAt, &endAt,
 		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &metadata, &envVars,
 		&sb.EnvdAccessToken, &sb.Secure, &sb.TrafficAccessToken, &allowInternet, &sb.AutoPause,
 		&network, &sb.Backend, &backendState, &updatedAt,
-		&timeout, &sb.AutoPauseFiles, &sb.AutoResume, &pausedAs, &sb.SnapshotID, &sb.ResumedBy, &sb.Reboots)
+		&timeout, &sb.AutoPauseFiles, &sb.AutoResume, &pausedAs, &sb.SnapshotID, &sb.ResumedBy, &sb.Reboots, &mounts)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	sb.State = State(state)
 	sb.Timeout = time.Duration(timeout) * time.Second
 	sb.PausedAs = PauseKind(pausedAs)
+	if err := json.Unmarshal([]byte(mounts), &sb.VolumeMounts); err != nil {
+		return Sandbox{}, fmt.Errorf("decoding volume mounts of %s: %w", sb.ID, err)
+	}
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
+	}
 	sb.StartedAt = fromNanos(startedAt)
 	sb.EndAt = fromNanos(endAt)
 	sb.UpdatedAt = fromNanos(updatedAt)
@@ -320,6 +333,9 @@ func normalize(sb Sandbox) Sandbox {
 	}
 	if len(sb.BackendState) == 0 {
 		sb.BackendState = nil
+	}
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
 	}
 	if sb.AllowInternetAccess != nil {
 		v := *sb.AllowInternetAccess

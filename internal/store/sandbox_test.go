@@ -51,6 +51,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 		SnapshotID:          "sabc",
 		ResumedBy:           "traffic",
 		Reboots:             3,
+		VolumeMounts:        []VolumeMount{{Name: "data", Path: "/mnt/data"}},
 	}
 	tests := []struct {
 		name string
@@ -112,6 +113,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 				sb.BackendState = nil
 				sb.Timeout, sb.AutoPauseFiles, sb.AutoResume = time.Hour, !sb.AutoPauseFiles, !sb.AutoResume
 				sb.PausedAs, sb.SnapshotID, sb.ResumedBy, sb.Reboots = PausedOnDisk, "snew", "connect", 7
+				sb.VolumeMounts = []VolumeMount{{Name: "v2", Path: "/v2"}}
 				return nil
 			})
 			if err != nil {
@@ -132,6 +134,7 @@ func TestSandboxRoundTrip(t *testing.T) {
 				Network: json.RawMessage(`{}`), Backend: "gvisor", UpdatedAt: now,
 				Timeout: time.Hour, AutoPauseFiles: !tc.in.AutoPauseFiles, AutoResume: !tc.in.AutoResume,
 				PausedAs: PausedOnDisk, SnapshotID: "snew", ResumedBy: "connect", Reboots: 7,
+				VolumeMounts: []VolumeMount{{Name: "v2", Path: "/v2"}},
 			}
 			if diff := cmpSandbox(wantUpd, got); diff != "" {
 				t.Errorf("after update (-want +got):\n%s", diff)
