@@ -71,6 +71,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := m.checkPolicy(backend, req); err != nil {
 		return store.Sandbox{}, err
 	}
+	if err := m.checkMounts(ctx, backend, req.VolumeMounts); err != nil {
+		return store.Sandbox{}, err
+	}
 	ec, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -84,8 +87,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	now := m.cfg.Now()
 	rec := m.newRecord(req, tmpl, res, backend, now)
-	if w := m.takeWarm(tmpl, ec); w != nil {
-		return m.handOut(ctx, w, rec, req, tmpl, ec)
+	// A pool member has no volumes: a create that mounts any boots.
+	if len(req.VolumeMounts) == 0 {
+		if w := m.takeWarm(tmpl, ec); w != nil {
+			return m.handOut(ctx, w, rec, req, tmpl, ec)
+		}
 	}
 	if err := m.admit(); err != nil {
 		return store.Sandbox{}, err
@@ -158,6 +164,7 @@ func (m *Manager) newRecord(req CreateRequest, tmpl *template.Template, res isol
 		Backend:             backend.Name(),
 		EnvdAccessToken:     newToken(), // whatever Secure says: envd always wants one
 		Secure:              req.Secure,
+		VolumeMounts:        req.VolumeMounts,
 	}
 	if denyPublicTraffic(req.Network) {
 		rec.TrafficAccessToken = newToken()
@@ -252,6 +259,10 @@ func (m *Manager) launch(ctx context.Context, rec store.Sandbox, tmpl *template.
 	fail := func(inst isolation.Instance, step string, err error) (isolation.Instance, string, error) {
 		m.undo(context.WithoutCancel(ctx), rec, inst, log)
 		return nil, step, err
+	}
+	var err error
+	if spec.Volumes, err = m.volumeSpecs(ctx, rec); err != nil {
+		return fail(nil, "finding its volumes", err)
 	}
 	if err := m.rootImage(ctx, backend, &spec, tmpl); err != nil {
 		return fail(nil, "making the template's image", err)

@@ -120,6 +120,9 @@ func (m *Manager) createFromSnapshot(ctx context.Context, req CreateRequest, sn 
 	if err := m.checkPolicy(backend, req); err != nil {
 		return store.Sandbox{}, err
 	}
+	if err := m.checkMounts(ctx, backend, req.VolumeMounts); err != nil {
+		return store.Sandbox{}, err
+	}
 	tmpl, res, err := m.snapshotTemplate(sn)
 	if err != nil {
 		return store.Sandbox{}, err

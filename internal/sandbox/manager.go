@@ -126,6 +126,9 @@ type Config struct {
 	// SnapshotBudget bounds the disk the listed snapshots take, in bytes;
 	// 0: no bound.
 	SnapshotBudget uint64
+	// Volumes finds the volumes sandboxes mount (volumes.go); nil: a
+	// create that names one is refused.
+	Volumes Volumes
 
 	// diskSpace reports the free and total bytes of a directory's file
 	// system (default: statfs); a test seam.
@@ -199,6 +202,8 @@ type CreateRequest struct {
 	Secure              bool // our servers besides envd require the access token too
 	AllowInternetAccess *bool
 	Network             []byte // opaque JSON kept for getInfo
+	// VolumeMounts are the volumes to mount, by name (volumes.go).
+	VolumeMounts []store.VolumeMount
 }
 
 // Metric is one sample for GET /sandboxes/{id}/metrics.
