@@ -55,6 +55,9 @@ type Config struct {
 	Domain string
 	// Templates serves the template build API; nil leaves it out.
 	Templates *TemplateBuilds
+	// Volumes serves the volume API and its content API; nil leaves them
+	// out.
+	Volumes Volumes
 	// Ready reports whether the server can take requests (GET /health);
 	// nil means always ready.
 	Ready func() bool
@@ -73,6 +76,7 @@ type Handler struct {
 	sandboxes   Sandboxes
 	keys        Keys
 	templates   *TemplateBuilds
+	volumes     Volumes
 	envdVersion string
 	domain      string
 	ready       func() bool
@@ -96,6 +100,7 @@ func New(cfg Config) (*Handler, error) {
 		sandboxes:   cfg.Sandboxes,
 		keys:        cfg.Keys,
 		templates:   cfg.Templates,
+		volumes:     cfg.Volumes,
 		envdVersion: cfg.EnvdVersion,
 		domain:      cfg.Domain,
 		ready:       cfg.Ready,
@@ -148,6 +153,9 @@ func (h *Handler) routes() {
 	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteSnapshot))
 	if h.templates != nil {
 		h.templateRoutes()
+	}
+	if h.volumes != nil {
+		h.volumeRoutes()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
 // Server-side create defaults (spec §2.3).
@@ -18,9 +19,9 @@ const (
 )
 
 // createBody is NewSandbox (v1) and NewSandboxV2; v2 has no secure field.
-// The fields the server does not implement yet (mcp, iam, volumeMounts)
-// are decoded only to refuse them (unsupportedCreate); the SDK sends none
-// of them unless asked to.
+// The fields the server does not implement yet (mcp, iam) are decoded
+// only to refuse them (unsupportedCreate); the SDK sends none of them
+// unless asked to.
 type createBody struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
@@ -31,9 +32,10 @@ type createBody struct {
 	AutoPause           *bool             `json:"autoPause"`
 	Secure              *bool             `json:"secure"`
 
+	VolumeMounts []store.VolumeMount `json:"volumeMounts"`
+
 	MCP             json.RawMessage `json:"mcp"`
 	IAM             json.RawMessage `json:"iam"`
-	VolumeMounts    json.RawMessage `json:"volumeMounts"`
 	AutoPauseMemory *bool           `json:"autoPauseMemory"`
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
@@ -49,8 +51,6 @@ func unsupportedCreate(body createBody) string {
 		return notSupported("mcp", "an MCP gateway in the sandbox")
 	case !emptyJSON(body.IAM):
 		return notSupported("iam", "workload identity tokens")
-	case !emptyJSON(body.VolumeMounts):
-		return notSupported("volumeMounts", "persistent volumes")
 	}
 	return ""
 }
@@ -113,6 +113,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout time
 		Secure:              v2 || (body.Secure != nil && *body.Secure),
 		AllowInternetAccess: body.AllowInternetAccess,
 		Network:             network,
+		VolumeMounts:        body.VolumeMounts,
 	}
 	sb, err := h.sandboxes.Create(r.Context(), req)
 	if err != nil {

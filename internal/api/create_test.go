@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
 func TestCreate(t *testing.T) {
@@ -50,6 +51,10 @@ func TestCreate(t *testing.T) {
 		{name: "auto-resume", method: "POST", target: "/v2/sandboxes",
 			body: `{"templateID":"base","autoPause":true,"autoResume":{"enabled":true}}`, status: 201,
 			check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true, AutoPause: true, AutoResume: true})},
+		{name: "volume mounts", method: "POST", target: "/v2/sandboxes",
+			body: `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`, status: 201,
+			check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true,
+				VolumeMounts: []store.VolumeMount{{Name: "v", Path: "/data"}}})},
 		{name: "network null", method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base","network":null}`,
 			status: 201, check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true})},
 		{name: "network not an object", method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base","network":[]}`,
@@ -112,7 +117,6 @@ func TestCreateUnsupported(t *testing.T) {
 	for _, tc := range []struct{ field, body, msg string }{
 		{"mcp", `"mcp":{"exa":{"apiKey":"k"}}`, "mcp (an MCP gateway in the sandbox)"},
 		{"iam", `"iam":{"tokens":{"t":{"audience":"a","tokenType":"JWT-SVID"}}}`, "iam (workload identity tokens)"},
-		{"volumeMounts", `"volumeMounts":[{"name":"v","path":"/data"}]`, "volumeMounts (persistent volumes)"},
 	} {
 		for _, target := range []string{"/v2/sandboxes", "/sandboxes"} {
 			cases = append(cases, apiCase{

@@ -37,34 +37,36 @@ func (h *Handler) sandboxView(sb store.Sandbox) sandboxView {
 
 // listedView is one ListedSandbox item.
 type listedView struct {
-	SandboxID   string            `json:"sandboxID"`
-	TemplateID  string            `json:"templateID"`
-	Alias       string            `json:"alias,omitempty"`
-	ClientID    string            `json:"clientID"`
-	StartedAt   time.Time         `json:"startedAt"`
-	EndAt       time.Time         `json:"endAt"`
-	CPUCount    int               `json:"cpuCount"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskSizeMB  int               `json:"diskSizeMB"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	State       store.State       `json:"state"`
-	EnvdVersion string            `json:"envdVersion"`
+	SandboxID    string              `json:"sandboxID"`
+	TemplateID   string              `json:"templateID"`
+	Alias        string              `json:"alias,omitempty"`
+	ClientID     string              `json:"clientID"`
+	StartedAt    time.Time           `json:"startedAt"`
+	EndAt        time.Time           `json:"endAt"`
+	CPUCount     int                 `json:"cpuCount"`
+	MemoryMB     int                 `json:"memoryMB"`
+	DiskSizeMB   int                 `json:"diskSizeMB"`
+	Metadata     map[string]string   `json:"metadata,omitempty"`
+	State        store.State         `json:"state"`
+	EnvdVersion  string              `json:"envdVersion"`
+	VolumeMounts []store.VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 func (h *Handler) listedView(sb store.Sandbox) listedView {
 	return listedView{
-		SandboxID:   sb.ID,
-		TemplateID:  sb.TemplateID,
-		Alias:       sb.Alias,
-		ClientID:    clientID,
-		StartedAt:   sb.StartedAt,
-		EndAt:       sb.EndAt,
-		CPUCount:    sb.CPUCount,
-		MemoryMB:    sb.MemoryMB,
-		DiskSizeMB:  sb.DiskSizeMB,
-		Metadata:    sb.Metadata,
-		State:       sb.State,
-		EnvdVersion: h.envdVersion,
+		SandboxID:    sb.ID,
+		TemplateID:   sb.TemplateID,
+		Alias:        sb.Alias,
+		ClientID:     clientID,
+		StartedAt:    sb.StartedAt,
+		EndAt:        sb.EndAt,
+		CPUCount:     sb.CPUCount,
+		MemoryMB:     sb.MemoryMB,
+		DiskSizeMB:   sb.DiskSizeMB,
+		Metadata:     sb.Metadata,
+		State:        sb.State,
+		EnvdVersion:  h.envdVersion,
+		VolumeMounts: sb.VolumeMounts,
 	}
 }
 
