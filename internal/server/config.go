@@ -93,6 +93,9 @@ type Config struct {
 	// /sandboxes/{id}/snapshots) take under DataDir/snapshots, in bytes;
 	// 0 = no bound.
 	SnapshotBudget uint64
+	// VolumeSize is each new volume's capacity, in bytes; 0 =
+	// DefaultVolumeSize.
+	VolumeSize uint64
 	// MaxBuildContext bounds an uploaded build context: its upload and
 	// its tar uncompressed, in bytes.
 	MaxBuildContext int64
@@ -148,6 +151,7 @@ var DefaultDiskReserve = sandbox.DiskReserve{Percent: 5}
 const (
 	DefaultPauseInRAM     = 10 * time.Minute
 	DefaultSnapshotBudget = 20 << 30
+	DefaultVolumeSize     = 1 << 30
 )
 
 // Resource defaults and maxima of DefaultConfig; the CPU ones depend on
@@ -184,6 +188,7 @@ func DefaultConfig() Config {
 		PausedRetention:    sandbox.DefaultPausedRetention,
 		PauseInRAM:         DefaultPauseInRAM,
 		SnapshotBudget:     DefaultSnapshotBudget,
+		VolumeSize:         DefaultVolumeSize,
 		MaxBuildContext:    DefaultMaxBuildContext,
 		MaxConnsPerSandbox: DefaultMaxConnsPerSandbox,
 		CPUCount:           min(DefaultCPUCount, runtime.NumCPU()),
@@ -290,6 +295,12 @@ func (c *Config) Validate() error {
 		c.MaxSandboxes = n
 	case c.MaxSandboxes < 0:
 		return fmt.Errorf("--max-sandboxes %d: want auto, 0 (no cap) or more", c.MaxSandboxes)
+	}
+	if c.VolumeSize == 0 {
+		c.VolumeSize = DefaultVolumeSize
+	}
+	if c.VolumeSize < 1<<20 || c.VolumeSize > 1<<44 {
+		return fmt.Errorf("--volume-size %d: want from 1MiB to 16TiB", c.VolumeSize)
 	}
 	if c.PauseInRAM < 0 {
 		return fmt.Errorf("--pause-in-ram %s: want 0 (to disk at once) or more", c.PauseInRAM)

@@ -30,6 +30,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 	"github.com/agent-sandbox/agent-sandbox/internal/tlsca"
+	"github.com/agent-sandbox/agent-sandbox/internal/volume"
 )
 
 // Server is a configured, not yet serving, agent-sandbox server.
@@ -40,6 +41,7 @@ type Server struct {
 	store     *store.Store
 	templates *template.Builder
 	builds    *api.TemplateBuilds
+	volumes   *volume.Service
 	manager   *sandbox.Manager
 	router    *router.Router
 	net       *sandboxNetwork
@@ -90,6 +92,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates.RegistryTransport = registries.Transport()
+	if s.volumes, err = newVolumes(ctx, cfg, st); err != nil {
+		return nil, err
+	}
 	backend, others, err := newBackends(cfg, log, s.net.host)
 	if err != nil {
 		return nil, err
@@ -121,6 +126,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		PauseInRAM:      cfg.PauseInRAM,
 		SnapshotDir:     filepath.Join(cfg.DataDir, "snapshots"),
 		SnapshotBudget:  cfg.SnapshotBudget,
+		Volumes:         s.volumes,
 		DefaultCPU:      cfg.CPUCount,
 		DefaultMemory:   cfg.MemoryMB,
 		DefaultDiskIO:   cfg.DiskIO,
@@ -320,6 +326,7 @@ func (s *Server) routes() (http.Handler, error) {
 		EnvdVersion: envd.Version,
 		Domain:      s.cfg.Domain,
 		Templates:   s.builds,
+		Volumes:     s.volumes,
 		Ready:       s.ready.Load,
 		Log:         s.log.With("component", "api"),
 	})
@@ -331,4 +338,22 @@ func (s *Server) routes() (http.Handler, error) {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}
 	return s.router.Front(apiHandler), nil
+}
+
+// newVolumes sets up the volumes: ext4 images under DATA/volumes, mounted
+// under /run/agent-sandbox/volumes, and what a crash left of them removed.
+func newVolumes(ctx context.Context, cfg Config, st *store.Store) (*volume.Service, error) {
+	svc, err := volume.New(volume.Config{
+		Records: st,
+		Storage: &volume.ImageStorage{Dir: filepath.Join(cfg.DataDir, "volumes"), MountDir: filepath.Join(filepath.Dir(hostlock.Path), "volumes")},
+		Size:    int64(cfg.VolumeSize),
+		KeyFile: filepath.Join(cfg.DataDir, "volume-token.key"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Sweep(ctx); err != nil {
+		return nil, fmt.Errorf("cleaning up volumes: %w", err)
+	}
+	return svc, nil
 }
