@@ -302,16 +302,7 @@ func SetAttrs(root *os.Root, p string, a Attrs) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
-	uid, gid, mode := e.UID, e.GID, e.Mode
-	if a.UID != nil {
-		uid = *a.UID
-	}
-	if a.GID != nil {
-		gid = *a.GID
-	}
-	if a.Mode != nil {
-		mode = *a.Mode
-	}
+	uid, gid, mode := a.over(e.UID, e.GID, e.Mode)
 	if err := chattr(root, rel, uid, gid, mode, e.Type == "symlink"); err != nil {
 		return Entry{}, pathError(abs, err)
 	}
@@ -320,18 +311,19 @@ func SetAttrs(root *os.Root, p string, a Attrs) (Entry, error) {
 
 // setAttrs gives a new entry rel a's owner and mode, or 0, 0 and def.
 func setAttrs(root *os.Root, rel string, a Attrs, def uint32) error {
-	var uid, gid uint32
-	mode := def
-	if a.UID != nil {
-		uid = *a.UID
-	}
-	if a.GID != nil {
-		gid = *a.GID
-	}
-	if a.Mode != nil {
-		mode = *a.Mode
-	}
+	uid, gid, mode := a.over(0, 0, def)
 	return chattr(root, rel, uid, gid, mode, false)
+}
+
+// over returns the owner and mode a sets, and where it sets none, uid,
+// gid or mode.
+func (a Attrs) over(uid, gid, mode uint32) (uint32, uint32, uint32) {
+	for _, f := range []struct{ set, dst *uint32 }{{a.UID, &uid}, {a.GID, &gid}, {a.Mode, &mode}} {
+		if f.set != nil {
+			*f.dst = *f.set
+		}
+	}
+	return uid, gid, mode
 }
 
 // chattr sets rel's owner, then its mode (chown clears setuid bits); a
