@@ -19,7 +19,9 @@ var _ Storage = (*ImageStorage)(nil)
 func (s *ImageStorage) Create(context.Context, string, int64) error { return errors.ErrUnsupported }
 
 // Path implements Storage.
-func (s *ImageStorage) Path(context.Context, string) (string, error) { return "", errors.ErrUnsupported }
+func (s *ImageStorage) Path(context.Context, string) (string, error) {
+	return "", errors.ErrUnsupported
+}
 
 // Remove implements Storage.
 func (s *ImageStorage) Remove(context.Context, string) error { return errors.ErrUnsupported }

@@ -137,7 +137,9 @@ func (s *Service) get(ctx context.Context, id string) (store.Volume, error) {
 }
 
 // List returns every volume.
-func (s *Service) List(ctx context.Context) ([]store.Volume, error) { return s.records.ListVolumes(ctx) }
+func (s *Service) List(ctx context.Context) ([]store.Volume, error) {
+	return s.records.ListVolumes(ctx)
+}
 
 // Delete removes volume id and its files, unless a live sandbox mounts it
 // (ErrInUse).
