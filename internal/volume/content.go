@@ -120,11 +120,7 @@ func stat(root *os.Root, abs, rel string) (Entry, error) {
 	if fi.Mode()&fs.ModeSticky != 0 {
 		e.Mode |= 0o1000
 	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		e.UID, e.GID = st.Uid, st.Gid
-		e.Atime = time.Unix(st.Atim.Sec, st.Atim.Nsec).UTC()
-		e.Ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec).UTC()
-	}
+	e.UID, e.GID, e.Atime, e.Ctime = owner(fi)
 	return e, nil
 }
 
