@@ -299,7 +299,9 @@ func (s *Server) printSettings(w io.Writer) {
 	}
 	base := scheme + "://" + s.listenURLHost()
 	fmt.Fprintf(w, "\nagent-sandbox is ready on %s\n\nPoint the E2B SDK at it (header routing over one URL):\n\n", base)
-	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n", base, base, s.cfg.Domain, key)
+	// The volume content API has a URL of its own in the SDKs.
+	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_VOLUME_API_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+		base, base, base, s.cfg.Domain, key)
 	if s.cfg.TLS {
 		fmt.Fprintf(w, "or with host routing (api.%[1]s and *.%[1]s must resolve to this machine):\n\n", s.cfg.Domain)
 		fmt.Fprintf(w, "  export E2B_DOMAIN=%s\n  export NODE_EXTRA_CA_CERTS=%s\n  export E2B_API_KEY=%s\n\n",
