@@ -39,7 +39,7 @@ type Options struct {
 }
 
 // Groups are the groups of figures a run measures, for Options.Only.
-var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk"}
+var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle"}
 
 // runs reports whether the run measures group.
 func (o *Options) runs(group string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, group) }
@@ -155,10 +155,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		return figs, nil
 	}
-	neighbours := func(c *client.Client) []group {
+	// neighbours are the groups measured on the pooled server after
+	// create→ready, named createName there.
+	neighbours := func(c *client.Client, createName string) []group {
 		return []group{
 			{"neighbours", func() ([]*Figure, error) { return measureNeighbours(ctx, &opts, c) }},
 			{"disk", func() ([]*Figure, error) { return measureDiskNeighbour(ctx, &opts, c) }},
+			{"lifecycle", func() ([]*Figure, error) { return measureLifecycle(ctx, &opts, c, createName) }},
 		}
 	}
 	if opts.ServerURL != "" {
@@ -167,26 +170,28 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		const createName = "create→ready, serial (server as configured)"
 		figs, err := measure(append([]group{
 			{"pooled", func() ([]*Figure, error) {
-				return measurePooled(ctx, &opts, c, "create→ready, serial (server as configured)")
+				return measurePooled(ctx, &opts, c, createName)
 			}},
 			{"cold", func() ([]*Figure, error) {
 				figs, err := measureCold(ctx, &opts, c, false)
 				return append([]*Figure{skipped("create→ready, no pool, serial", "needs a server of its own (run without --server)")}, figs...), err
 			}},
-		}, neighbours(c)...)...)
+		}, neighbours(c, createName)...)...)
 		if err != nil {
 			return nil, err
 		}
 		r.Figures = append(r.Figures, figs...)
 	} else {
 		r.Server = fmt.Sprintf("own: %s serve --data-dir %s (--warm-pool %s, then none)", opts.Binary, opts.DataDir, opts.Pool)
-		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") {
+		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") || opts.runs("lifecycle") {
+			const createName = "create→ready, warm pool, serial"
 			figs, err := withServer(ctx, &opts, opts.Pool, func(c *client.Client) ([]*Figure, error) {
 				return measure(append([]group{{"pooled", func() ([]*Figure, error) {
-					return measurePooled(ctx, &opts, c, "create→ready, warm pool, serial")
-				}}}, neighbours(c)...)...)
+					return measurePooled(ctx, &opts, c, createName)
+				}}}, neighbours(c, createName)...)...)
 			})
 			if err != nil {
 				return nil, err
