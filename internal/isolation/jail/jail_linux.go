@@ -103,8 +103,9 @@ const (
 	// layersDir holds the mount points of the idmapped Spec.Layers.
 	layersDir = "layers"
 	upperDir  = "upper" // the overlay's upper directory, on the disk image
-	// bootIDFile is what the sandbox sees at bootIDPath.
-	bootIDFile = "boot_id"
+	// bootIDDir is the mount point of the tmpfs holding what the sandbox
+	// sees at bootIDPath, in the sandbox's mount namespace only.
+	bootIDDir = "boot"
 )
 
 // Start implements isolation.Backend.

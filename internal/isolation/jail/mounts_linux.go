@@ -196,12 +196,24 @@ func closeFds(fds []int) {
 // be the same in every sandbox and across a sandbox's restarts.
 const bootIDPath = "/proc/sys/kernel/random/boot_id"
 
-// writeBootID writes the sandbox's boot id into a host file of its
-// directory, read-only, which init binds over bootIDPath.
+// writeBootID writes the sandbox's boot id into a file, which init binds
+// over bootIDPath: on a tmpfs of its own, mounted in init's namespace
+// only and then read-only, so that the sandbox's mountinfo and statfs of
+// it name no host path or disk.
 func writeBootID(cfg *initConfig) (string, error) {
-	p := filepath.Join(filepath.Dir(cfg.DiskDir), bootIDFile)
+	dir := filepath.Join(filepath.Dir(cfg.DiskDir), bootIDDir)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", roFlags&^unix.MS_RDONLY, "size=4k,mode=0755"); err != nil {
+		return "", fmt.Errorf("mounting the boot id's tmpfs: %w", err)
+	}
+	p := filepath.Join(dir, "boot_id")
 	if err := os.WriteFile(p, []byte(cfg.BootID+"\n"), 0o444); err != nil {
 		return "", fmt.Errorf("writing the boot id: %w", err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|roFlags, ""); err != nil {
+		return "", fmt.Errorf("making the boot id read-only: %w", err)
 	}
 	return p, nil
 }

@@ -70,6 +70,9 @@ func TestSnapshot(t *testing.T) {
 	if r := run(t, child, "root", "/bin/sh", "-c", "echo x > "+bootIDPath); r.exit == 0 {
 		t.Error("root in the sandbox rewrote its boot id")
 	}
+	if mi := sh(t, child, "grep boot_id /proc/self/mountinfo"); strings.Contains(mi, b.cfg.StateDir) || !strings.Contains(mi, " /boot_id "+bootIDPath+" ") {
+		t.Errorf("the boot id's mount names a host path, or is not of its own tmpfs: %s", mi)
+	}
 	sh(t, child, "echo child > /root/a.txt && echo mine > /root/child")
 	if got := sh(t, parent, "cat /root/a.txt; test -e /root/child || echo none"); got != "two\nnone\n" {
 		t.Errorf("the parent sees %q after the child wrote", got)
