@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
+
+	"golang.org/x/net/websocket"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 )
@@ -90,5 +94,41 @@ func TestWake(t *testing.T) {
 				t.Errorf("body %q, want %q", body, tc.body)
 			}
 		})
+	}
+}
+
+// TestWakeWebSocket: a WebSocket upgrade to a sandbox asleep wakes it and
+// then carries messages.
+func TestWakeWebSocket(t *testing.T) {
+	d := newDialer()
+	d.serve(t, "isleepy", 6080, websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
+	d.pause("isleepy")
+	wk := &waker{d: d, asleep: map[string]bool{"isleepy": true}}
+	rt, err := New(Config{Dialer: d, Waker: wk, Domain: "example.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(rt.Front(apiMarker))
+	t.Cleanup(func() { srv.Close(); rt.Close() })
+	cfg, err := websocket.NewConfig("ws://6080-isleepy.example.test/", "http://6080-isleepy.example.test/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := websocket.NewClient(cfg, conn)
+	if err != nil {
+		t.Fatalf("upgrade to a sandbox asleep: %v", err)
+	}
+	defer ws.Close()
+	if err := websocket.Message.Send(ws, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	var got string
+	ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if err := websocket.Message.Receive(ws, &got); err != nil || got != "hello" || wk.wakes != 1 {
+		t.Errorf("echo %q, %v; wakes %d", got, err, wk.wakes)
 	}
 }
