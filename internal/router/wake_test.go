@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -110,19 +109,7 @@ func TestWakeWebSocket(t *testing.T) {
 	}
 	srv := httptest.NewServer(rt.Front(apiMarker))
 	t.Cleanup(func() { srv.Close(); rt.Close() })
-	cfg, err := websocket.NewConfig("ws://6080-isleepy.example.test/", "http://6080-isleepy.example.test/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws, err := websocket.NewClient(cfg, conn)
-	if err != nil {
-		t.Fatalf("upgrade to a sandbox asleep: %v", err)
-	}
-	defer ws.Close()
+	ws := dialWebSocket(t, srv, "6080-isleepy.example.test", "/")
 	if err := websocket.Message.Send(ws, "hello"); err != nil {
 		t.Fatal(err)
 	}
