@@ -45,7 +45,7 @@ type Options struct {
 }
 
 // Groups are the groups of figures a run measures, for Options.Only.
-var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "vm"}
+var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle", "vm"}
 
 // runs reports whether the run measures group.
 func (o *Options) runs(group string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, group) }
@@ -174,10 +174,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		return figs, nil
 	}
-	neighbours := func(c *client.Client) []group {
+	// neighbours are the groups measured on the pooled server after
+	// create→ready, named createName there.
+	neighbours := func(c *client.Client, createName string) []group {
 		return []group{
 			{"neighbours", func() ([]*Figure, error) { return measureNeighbours(ctx, &opts, c) }},
 			{"disk", func() ([]*Figure, error) { return measureDiskNeighbour(ctx, &opts, c) }},
+			{"lifecycle", func() ([]*Figure, error) { return measureLifecycle(ctx, &opts, c, createName) }},
 		}
 	}
 	if opts.ServerURL != "" {
@@ -186,15 +189,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		const createName = "create→ready, serial (server as configured)"
 		figs, err := measure(append([]group{
 			{"pooled", func() ([]*Figure, error) {
-				return measurePooled(ctx, &opts, c, "create→ready, serial (server as configured)")
+				return measurePooled(ctx, &opts, c, createName)
 			}},
 			{"cold", func() ([]*Figure, error) {
 				figs, err := measureCold(ctx, &opts, c, false)
 				return append([]*Figure{skipped(figColdCreate, "needs a server of its own (run without --server)")}, figs...), err
 			}},
-		}, append(neighbours(c), group{"vm", func() ([]*Figure, error) {
+		}, append(neighbours(c, createName), group{"vm", func() ([]*Figure, error) {
 			return []*Figure{skipped("vm figures", "need servers of their own, with --backend vm (run without --server)")}, nil
 		}})...)...)
 		if err != nil {
@@ -207,11 +211,11 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			r.Server += fmt.Sprintf("; vm: --backend vm --data-dir %s (from snapshots without a pool, --warm-pool %s, then --vm-cold-boot)", opts.VMDataDir, opts.Pool)
 		}
 		jail := serverSpec{dataDir: opts.DataDir, pool: opts.Pool}
-		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") {
+		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") || opts.runs("lifecycle") {
 			figs, err := withServer(ctx, &opts, jail, func(_ *server, c *client.Client) ([]*Figure, error) {
 				return measure(append([]group{{"pooled", func() ([]*Figure, error) {
 					return measurePooled(ctx, &opts, c, figPoolCreate)
-				}}}, neighbours(c)...)...)
+				}}}, neighbours(c, figPoolCreate)...)...)
 			})
 			if err != nil {
 				return nil, err

@@ -51,6 +51,9 @@ type CreateOptions struct {
 	Metadata map[string]string
 	// EnvVars are set for every process in the sandbox.
 	EnvVars map[string]string
+	// AutoPause pauses the sandbox when it times out, instead of killing
+	// it; AutoResume resumes it, paused, when a request reaches it.
+	AutoPause, AutoResume bool
 }
 
 // ConnectOptions configures Connect.
@@ -86,16 +89,25 @@ type sandboxWire struct {
 // CreateSandbox starts a sandbox (POST /v2/sandboxes) and returns once envd
 // inside it is ready.
 func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbox, error) {
+	type autoResume struct {
+		Enabled bool `json:"enabled"`
+	}
 	body := struct {
 		TemplateID string            `json:"templateID"`
 		Timeout    int64             `json:"timeout,omitempty"`
 		Metadata   map[string]string `json:"metadata,omitempty"`
 		EnvVars    map[string]string `json:"envVars,omitempty"`
+		AutoPause  bool              `json:"autoPause,omitempty"`
+		AutoResume *autoResume       `json:"autoResume,omitempty"`
 	}{
 		TemplateID: opts.Template,
 		Timeout:    seconds(opts.Timeout),
 		Metadata:   opts.Metadata,
 		EnvVars:    opts.EnvVars,
+		AutoPause:  opts.AutoPause,
+	}
+	if opts.AutoResume {
+		body.AutoResume = &autoResume{Enabled: true}
 	}
 	if body.TemplateID == "" {
 		body.TemplateID = DefaultTemplate

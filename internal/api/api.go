@@ -20,8 +20,12 @@ type Sandboxes interface {
 	List(ctx context.Context, q store.ListQuery) ([]store.Sandbox, string, error)
 	Kill(ctx context.Context, id string) error
 	SetTimeout(ctx context.Context, id string, d time.Duration) error
-	Connect(ctx context.Context, id string, d time.Duration) (sb store.Sandbox, resumed bool, err error)
-	Pause(ctx context.Context, id string) error
+	Connect(ctx context.Context, id string, d time.Duration, reboot bool) (sb store.Sandbox, resumed bool, err error)
+	Pause(ctx context.Context, id string, keepMemory bool) error
+	Fork(ctx context.Context, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, string, error)
+	CreateSnapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (store.Snapshot, error)
+	ListSnapshots(ctx context.Context, q sandbox.SnapshotQuery) ([]store.Snapshot, string, error)
+	DeleteSnapshot(ctx context.Context, ref string) error
 	Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error)
 	UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
@@ -51,6 +55,9 @@ type Config struct {
 	Domain string
 	// Templates serves the template build API; nil leaves it out.
 	Templates *TemplateBuilds
+	// Volumes serves the volume API and its content API; nil leaves them
+	// out.
+	Volumes Volumes
 	// Ready reports whether the server can take requests (GET /health);
 	// nil means always ready.
 	Ready func() bool
@@ -72,6 +79,7 @@ type Handler struct {
 	sandboxes   Sandboxes
 	keys        Keys
 	templates   *TemplateBuilds
+	volumes     Volumes
 	envdVersion string
 	domain      string
 	ready       func() bool
@@ -96,6 +104,7 @@ func New(cfg Config) (*Handler, error) {
 		sandboxes:   cfg.Sandboxes,
 		keys:        cfg.Keys,
 		templates:   cfg.Templates,
+		volumes:     cfg.Volumes,
 		envdVersion: cfg.EnvdVersion,
 		domain:      cfg.Domain,
 		ready:       cfg.Ready,
@@ -146,8 +155,15 @@ func (h *Handler) routes() {
 	h.mux.Handle("GET /sandboxes/{id}/metrics", h.auth(h.metrics))
 	h.mux.Handle("PUT /sandboxes/{id}/network", h.auth(h.updateNetwork))
 	h.mux.Handle("GET /sandboxes/{id}/network/audit", h.auth(h.egressAudit))
+	h.mux.Handle("POST /sandboxes/{id}/fork", h.auth(h.fork))
+	h.mux.Handle("POST /sandboxes/{id}/snapshots", h.auth(h.createSnapshot))
+	h.mux.Handle("GET /snapshots", h.auth(h.listSnapshots))
+	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteSnapshot))
 	if h.templates != nil {
 		h.templateRoutes()
+	}
+	if h.volumes != nil {
+		h.volumeRoutes()
 	}
 }
 

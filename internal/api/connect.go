@@ -15,7 +15,8 @@ const maxRefresh = 3600
 const defaultRefresh = 15 * time.Second
 
 // connectBody is the body of both connect versions. memory false (v2's
-// onResume 'reboot': a cold boot from the disk) is a 400.
+// onResume 'reboot') resumes a paused sandbox by booting it again over its
+// files.
 type connectBody struct {
 	Timeout *int64 `json:"timeout"`
 	Memory  *bool  `json:"memory"`
@@ -25,7 +26,7 @@ type connectBody struct {
 // timeout are required.
 func (h *Handler) connectV1(w http.ResponseWriter, r *http.Request) {
 	if timeout, ok := h.requiredTimeout(w, r); ok {
-		h.connect(w, r, timeout)
+		h.connect(w, r, timeout, false)
 	}
 }
 
@@ -51,25 +52,22 @@ func (h *Handler) connectV2(w http.ResponseWriter, r *http.Request) {
 	if err := h.decodeBody(w, r, &body); err != nil && err != errNoBody {
 		return
 	}
-	if body.Memory != nil && !*body.Memory {
-		writeError(w, http.StatusBadRequest, notSupported("memory false", "resuming with a cold boot from the disk; a sandbox resumes with its memory"))
-		return
-	}
 	timeout := int64(h.defTimeout / time.Second)
 	if body.Timeout != nil {
 		timeout = *body.Timeout
 	}
-	h.connect(w, r, timeout)
+	h.connect(w, r, timeout, body.Memory != nil && !*body.Memory)
 }
 
-// connect extends a running sandbox (200) or resumes a paused one (201).
-func (h *Handler) connect(w http.ResponseWriter, r *http.Request, timeout int64) {
+// connect extends a running sandbox (200) or resumes a paused one (201),
+// with reboot by booting it again over its files.
+func (h *Handler) connect(w http.ResponseWriter, r *http.Request, timeout int64, reboot bool) {
 	id := r.PathValue("id")
 	d, ok := h.timeout(w, r, timeout)
 	if !ok {
 		return
 	}
-	sb, resumed, err := h.sandboxes.Connect(r.Context(), id, d)
+	sb, resumed, err := h.sandboxes.Connect(r.Context(), id, d, reboot)
 	if err != nil {
 		h.fail(w, r, id, err)
 		return
@@ -114,7 +112,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
 		// Connect only extends a running sandbox. If it was paused since
 		// Get, this resumes it, which a refresh should not do; the window
 		// is small and the outcome harmless.
-		if _, _, err := h.sandboxes.Connect(r.Context(), id, d); err != nil {
+		if _, _, err := h.sandboxes.Connect(r.Context(), id, d, false); err != nil {
 			h.fail(w, r, id, err)
 			return
 		}

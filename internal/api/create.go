@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
 // Server-side create defaults (spec §2.3).
@@ -20,9 +21,9 @@ const (
 )
 
 // createBody is NewSandbox (v1) and NewSandboxV2; v2 has no secure field.
-// The fields the server does not implement yet (mcp, iam, volumeMounts,
-// autoPauseMemory false, autoResume enabled) are decoded only to refuse
-// them (unsupportedCreate); the SDK sends none of them unless asked to.
+// The fields the server does not implement yet (mcp, iam) are decoded
+// only to refuse them (unsupportedCreate); the SDK sends none of them
+// unless asked to.
 type createBody struct {
 	TemplateID          string            `json:"templateID"`
 	Timeout             *int64            `json:"timeout"`
@@ -33,9 +34,10 @@ type createBody struct {
 	AutoPause           *bool             `json:"autoPause"`
 	Secure              *bool             `json:"secure"`
 
+	VolumeMounts []store.VolumeMount `json:"volumeMounts"`
+
 	MCP             json.RawMessage `json:"mcp"`
 	IAM             json.RawMessage `json:"iam"`
-	VolumeMounts    json.RawMessage `json:"volumeMounts"`
 	AutoPauseMemory *bool           `json:"autoPauseMemory"`
 	AutoResume      *struct {
 		Enabled bool `json:"enabled"`
@@ -44,20 +46,13 @@ type createBody struct {
 
 // unsupportedCreate returns the message refusing the first field of body
 // that asks for something not implemented yet, or "". Each field's no-op
-// value (absent, null, empty, autoPauseMemory true, autoResume disabled)
-// is accepted.
+// value (absent, null, empty) is accepted.
 func unsupportedCreate(body createBody) string {
 	switch {
 	case !emptyJSON(body.MCP):
 		return notSupported("mcp", "an MCP gateway in the sandbox")
 	case !emptyJSON(body.IAM):
 		return notSupported("iam", "workload identity tokens")
-	case !emptyJSON(body.VolumeMounts):
-		return notSupported("volumeMounts", "persistent volumes")
-	case body.AutoPauseMemory != nil && !*body.AutoPauseMemory:
-		return notSupported("autoPauseMemory false", "a filesystem-only snapshot on timeout; a paused sandbox keeps its memory")
-	case body.AutoResume != nil && body.AutoResume.Enabled:
-		return notSupported("autoResume", "resuming a paused sandbox on traffic; resume it with connect")
 	}
 	return ""
 }
@@ -116,9 +111,12 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, defTimeout time
 		Metadata:            body.Metadata,
 		EnvVars:             body.EnvVars,
 		AutoPause:           body.AutoPause != nil && *body.AutoPause,
+		AutoPauseFiles:      body.AutoPauseMemory != nil && !*body.AutoPauseMemory,
+		AutoResume:          body.AutoResume != nil && body.AutoResume.Enabled,
 		Secure:              v2 || (body.Secure != nil && *body.Secure),
 		AllowInternetAccess: body.AllowInternetAccess,
 		Network:             network,
+		VolumeMounts:        body.VolumeMounts,
 	}
 	sb, err := h.sandboxes.Create(r.Context(), req)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
 func TestCreate(t *testing.T) {
@@ -44,6 +45,16 @@ func TestCreate(t *testing.T) {
 			check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true,
 				AllowInternetAccess: &yes, Metadata: map[string]string{"a": "b"}, EnvVars: map[string]string{"E": "1"},
 				AutoPause: true, Network: []byte(`{"allowOut":["1.1.1.1"]}`)})},
+		{name: "lifecycle as 2.51 sends it", method: "POST", target: "/v2/sandboxes",
+			body: `{"templateID":"base","autoPause":true,"autoPauseMemory":false,"autoResume":{"enabled":false}}`, status: 201,
+			check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true, AutoPause: true, AutoPauseFiles: true})},
+		{name: "auto-resume", method: "POST", target: "/v2/sandboxes",
+			body: `{"templateID":"base","autoPause":true,"autoResume":{"enabled":true}}`, status: 201,
+			check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true, AutoPause: true, AutoResume: true})},
+		{name: "volume mounts", method: "POST", target: "/v2/sandboxes",
+			body: `{"templateID":"base","volumeMounts":[{"name":"v","path":"/data"}]}`, status: 201,
+			check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true,
+				VolumeMounts: []store.VolumeMount{{Name: "v", Path: "/data"}}})},
 		{name: "network null", method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base","network":null}`,
 			status: 201, check: created(sandbox.CreateRequest{Template: "base", Timeout: 300 * time.Second, Secure: true})},
 		{name: "network not an object", method: "POST", target: "/v2/sandboxes", body: `{"templateID":"base","network":[]}`,
@@ -106,9 +117,6 @@ func TestCreateUnsupported(t *testing.T) {
 	for _, tc := range []struct{ field, body, msg string }{
 		{"mcp", `"mcp":{"exa":{"apiKey":"k"}}`, "mcp (an MCP gateway in the sandbox)"},
 		{"iam", `"iam":{"tokens":{"t":{"audience":"a","tokenType":"JWT-SVID"}}}`, "iam (workload identity tokens)"},
-		{"volumeMounts", `"volumeMounts":[{"name":"v","path":"/data"}]`, "volumeMounts (persistent volumes)"},
-		{"autoPauseMemory", `"autoPause":true,"autoPauseMemory":false`, "autoPauseMemory false (a filesystem-only snapshot on timeout; a paused sandbox keeps its memory)"},
-		{"autoResume", `"autoPause":true,"autoResume":{"enabled":true}`, "autoResume (resuming a paused sandbox on traffic; resume it with connect)"},
 	} {
 		for _, target := range []string{"/v2/sandboxes", "/sandboxes"} {
 			cases = append(cases, apiCase{

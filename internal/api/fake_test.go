@@ -3,6 +3,9 @@ package api
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +39,15 @@ type fakeSandboxes struct {
 	// networkUpdates records UpdateNetwork calls; events is the audit trail.
 	networkUpdates []sandbox.NetworkUpdate
 	events         []egress.Event
+	// reboots and pauses record Connect's reboot and Pause's keepMemory.
+	reboots []bool
+	pauses  []bool
+	// forks records Fork's timeout and count; snapshots are what
+	// CreateSnapshot made (listed newest last), deleted what
+	// DeleteSnapshot was asked for.
+	forks     [][2]int
+	snapshots []store.Snapshot
+	deleted   []string
 }
 
 func newFake(sbs ...store.Sandbox) *fakeSandboxes {
@@ -133,7 +145,7 @@ func (f *fakeSandboxes) SetTimeout(ctx context.Context, id string, d time.Durati
 	return nil
 }
 
-func (f *fakeSandboxes) Connect(ctx context.Context, id string, d time.Duration) (store.Sandbox, bool, error) {
+func (f *fakeSandboxes) Connect(ctx context.Context, id string, d time.Duration, reboot bool) (store.Sandbox, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
@@ -144,18 +156,20 @@ func (f *fakeSandboxes) Connect(ctx context.Context, id string, d time.Duration)
 		return store.Sandbox{}, false, sandbox.ErrNotFound
 	}
 	f.timeouts[id] = append(f.timeouts[id], d)
+	f.reboots = append(f.reboots, reboot)
 	resumed := sb.State == store.StatePaused
 	sb.State = store.StateRunning
 	f.sbs[id] = sb
 	return sb, resumed, nil
 }
 
-func (f *fakeSandboxes) Pause(ctx context.Context, id string) error {
+func (f *fakeSandboxes) Pause(ctx context.Context, id string, keepMemory bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil {
 		return f.fail
 	}
+	f.pauses = append(f.pauses, keepMemory)
 	sb, ok := f.sbs[id]
 	if !ok {
 		return sandbox.ErrNotFound
@@ -218,4 +232,91 @@ func (f *fakeSandboxes) EgressEvents(id string, after uint64, limit int) ([]egre
 		}
 	}
 	return out, next, nil
+}
+
+// Fork makes count running copies of id; a count of 3 fails the second
+// with ErrLimit, as a server at its limit would.
+func (f *fakeSandboxes) Fork(ctx context.Context, id string, timeout time.Duration, count int) ([]sandbox.ForkResult, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return nil, "", f.fail
+	}
+	if _, ok := f.sbs[id]; !ok {
+		return nil, "", sandbox.ErrNotFound
+	}
+	if count < 1 || count > sandbox.MaxForks {
+		return nil, "", &testError{msg: fmt.Sprintf("count %d", count), kind: sandbox.ErrInvalid}
+	}
+	f.forks = append(f.forks, [2]int{int(timeout / time.Second), count})
+	out := make([]sandbox.ForkResult, count)
+	for i := range out {
+		if count == 3 && i == 1 {
+			out[i].Err = &testError{msg: "this server runs its maximum of 2 sandboxes; kill one first", kind: sandbox.ErrLimit}
+			continue
+		}
+		f.nextID++
+		sb := running(fmt.Sprintf("isf%d", f.nextID))
+		f.sbs[sb.ID] = sb
+		out[i].Sandbox = sb
+	}
+	return out, sandbox.ModeFilesystem, nil
+}
+
+func (f *fakeSandboxes) CreateSnapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (store.Snapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.sbs[id]; !ok {
+		return store.Snapshot{}, sandbox.ErrNotFound
+	}
+	name, tag, _ := strings.Cut(req.Name, ":")
+	if tag == "" {
+		tag = store.DefaultTag
+	}
+	sn := store.Snapshot{ID: fmt.Sprintf("ssn%d", len(f.snapshots)+1), Name: name, Tag: tag, Listed: true, Kind: "files", SandboxID: id}
+	f.snapshots = append(f.snapshots, sn)
+	return sn, nil
+}
+
+// ListSnapshots pages the snapshots one at a time, newest first, when
+// q.Limit is 1; the token is the index of the next.
+func (f *fakeSandboxes) ListSnapshots(ctx context.Context, q sandbox.SnapshotQuery) ([]store.Snapshot, string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var all []store.Snapshot
+	for _, sn := range slices.Backward(f.snapshots) {
+		if q.SandboxID == "" || sn.SandboxID == q.SandboxID {
+			all = append(all, sn)
+		}
+	}
+	start := 0
+	if q.NextToken != "" {
+		n, err := strconv.Atoi(q.NextToken)
+		if err != nil {
+			return nil, "", &testError{msg: "Invalid next token", kind: sandbox.ErrInvalid}
+		}
+		start = n
+	}
+	end := len(all)
+	if q.Limit > 0 {
+		end = min(start+q.Limit, len(all))
+	}
+	next := ""
+	if end < len(all) {
+		next = strconv.Itoa(end)
+	}
+	return append([]store.Snapshot{}, all[start:end]...), next, nil
+}
+
+func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, ref string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deleted = append(f.deleted, ref)
+	if ref == "busy:default" {
+		return &testError{msg: "cannot delete template 'busy:default' because there are running sandboxes using it", kind: sandbox.ErrInvalid}
+	}
+	if !strings.HasPrefix(ref, "ssn") && !strings.HasPrefix(ref, "named") {
+		return &testError{msg: fmt.Sprintf("snapshot '%s' not found", ref), kind: sandbox.ErrNotFound}
+	}
+	return nil
 }

@@ -3,8 +3,8 @@ package api
 import "net/http"
 
 // pause implements POST /sandboxes/{id}/pause: 204, 409 if already paused,
-// 404 if unknown. The optional body {"memory": false} (a filesystem-only
-// snapshot) is a 400: memory is always kept.
+// 404 if unknown. The optional body {"memory": false} pauses with the file
+// system only: the sandbox boots again over it when resumed.
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	var body struct {
@@ -13,11 +13,8 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	if err := h.decodeBody(w, r, &body); err != nil && err != errNoBody {
 		return
 	}
-	if body.Memory != nil && !*body.Memory {
-		writeError(w, http.StatusBadRequest, notSupported("memory false", "a filesystem-only snapshot; a paused sandbox keeps its memory"))
-		return
-	}
-	if err := h.sandboxes.Pause(r.Context(), id); err != nil {
+	keepMemory := body.Memory == nil || *body.Memory
+	if err := h.sandboxes.Pause(r.Context(), id, keepMemory); err != nil {
 		h.fail(w, r, id, err)
 		return
 	}

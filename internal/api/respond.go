@@ -39,29 +39,34 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 // found 404, conflict 409, invalid 400, limit 429, disk below the reserve
 // 507, anything else 500 with the detail only in the log.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
+	status, msg := h.failure(r, id, err)
+	writeError(w, status, msg)
+}
+
+// failure is the status and message fail answers err with.
+func (h *Handler) failure(r *http.Request, id string, err error) (int, string) {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound) && id == "":
-		writeError(w, http.StatusNotFound, err.Error())
+		return http.StatusNotFound, err.Error()
 	case errors.Is(err, sandbox.ErrNotFound):
 		msg := fmt.Sprintf("sandbox %q doesn't exist or you don't have access to it", id)
 		if ended := (*sandbox.EndedError)(nil); errors.As(err, &ended) {
 			msg += fmt.Sprintf(" (it ended at %s: %s)", ended.At.UTC().Format(time.RFC3339), ended.Detail())
 		}
-		writeError(w, http.StatusNotFound, msg)
+		return http.StatusNotFound, msg
 	case errors.Is(err, sandbox.ErrConflict):
-		writeError(w, http.StatusConflict, err.Error())
+		return http.StatusConflict, err.Error()
 	case errors.Is(err, sandbox.ErrInvalid):
-		writeError(w, http.StatusBadRequest, err.Error())
+		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, sandbox.ErrLimit):
-		writeError(w, http.StatusTooManyRequests, err.Error())
+		return http.StatusTooManyRequests, err.Error()
 	case errors.Is(err, sandbox.ErrNoSpace):
-		writeError(w, http.StatusInsufficientStorage, err.Error())
+		return http.StatusInsufficientStorage, err.Error()
 	case errors.Is(err, store.ErrInvalidToken):
-		writeError(w, http.StatusBadRequest, "invalid nextToken")
-	default:
-		h.log.Error("api request", "method", r.Method, "path", r.URL.Path, "sandbox_id", id, "err", err)
-		writeError(w, http.StatusInternalServerError, internalMessage)
+		return http.StatusBadRequest, "invalid nextToken"
 	}
+	h.log.Error("api request", "method", r.Method, "path", r.URL.Path, "sandbox_id", id, "err", err)
+	return http.StatusInternalServerError, internalMessage
 }
 
 // decodeRequiredBody is decodeBody for calls whose body is required: an

@@ -60,8 +60,12 @@ func TestConnect(t *testing.T) {
 			status: 200, check: timeouts("isb1", 300*time.Second)},
 		{name: "v2 timeout and memory", method: "POST", target: "/v2/sandboxes/isp1/connect", body: `{"timeout":60,"memory":true}`,
 			status: 201, check: timeouts("isp1", time.Minute)},
-		{name: "v2 cold boot", method: "POST", target: "/v2/sandboxes/isp1/connect", body: `{"timeout":60,"memory":false}`,
-			status: 400, check: timeouts("isp1"), wantJSON: `{"code":400,"message":"memory false (resuming with a cold boot from the disk; a sandbox resumes with its memory) is not supported yet by this server"}`},
+		{name: "v2 reboot", method: "POST", target: "/v2/sandboxes/isp1/connect", body: `{"timeout":60,"memory":false}`,
+			status: 201, check: func(t *testing.T, f *fakeSandboxes) {
+				if d := cmp.Diff([]bool{true}, f.reboots); d != "" {
+					t.Errorf("reboots (-want +got):\n%s", d)
+				}
+			}},
 		{name: "v2 timeout 0", method: "POST", target: "/v2/sandboxes/isb1/connect", body: `{"timeout":0}`,
 			status: 400, check: timeouts("isb1")},
 		{name: "v2 malformed", method: "POST", target: "/v2/sandboxes/isb1/connect", body: `{"timeout":`, status: 400},
@@ -139,14 +143,12 @@ func TestKillTimeoutPause(t *testing.T) {
 					t.Error("not paused")
 				}
 			}},
-		{name: "pause with body", method: "POST", target: "/sandboxes/isb1/pause", body: `{"memory":true}`, status: 204},
-		{name: "pause without memory", method: "POST", target: "/sandboxes/isb1/pause", body: `{"memory":false}`, status: 400,
-			wantJSON: `{"code":400,"message":"memory false (a filesystem-only snapshot; a paused sandbox keeps its memory) is not supported yet by this server"}`,
-			check: func(t *testing.T, f *fakeSandboxes) {
-				if f.sbs["isb1"].State != store.StateRunning {
-					t.Error("paused anyway")
-				}
-			}},
+		{name: "pause with body", method: "POST", target: "/sandboxes/isb1/pause", body: `{"memory":true}`, status: 204,
+			check: pauses(true)},
+		{name: "pause without memory", method: "POST", target: "/sandboxes/isb1/pause", body: `{"memory":false}`, status: 204,
+			check: pauses(false)},
+		{name: "pause keeps memory by default", method: "POST", target: "/sandboxes/isb1/pause", body: `{}`, status: 204,
+			check: pauses(true)},
 		{name: "pause paused", method: "POST", target: "/sandboxes/isp1/pause", body: `{}`,
 			status: 409, wantJSON: `{"code":409,"message":"sandbox isp1 is already paused: sandbox is in the wrong state"}`},
 		{name: "pause unknown", method: "POST", target: "/sandboxes/nope/pause", status: 404, wantJSON: notFoundBody},
@@ -226,5 +228,14 @@ func TestKeyTimeoutLimit(t *testing.T) {
 				assertJSON(t, w.Body.Bytes(), c.wantJSON)
 			}
 		})
+	}
+}
+
+func pauses(want ...bool) func(*testing.T, *fakeSandboxes) {
+	return func(t *testing.T, f *fakeSandboxes) {
+		t.Helper()
+		if d := cmp.Diff(want, f.pauses); d != "" {
+			t.Errorf("pauses' keepMemory (-want +got):\n%s", d)
+		}
 	}
 }

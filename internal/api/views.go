@@ -37,39 +37,42 @@ func (h *Handler) sandboxView(sb store.Sandbox) sandboxView {
 
 // listedView is one ListedSandbox item.
 type listedView struct {
-	SandboxID   string            `json:"sandboxID"`
-	TemplateID  string            `json:"templateID"`
-	Alias       string            `json:"alias,omitempty"`
-	ClientID    string            `json:"clientID"`
-	StartedAt   time.Time         `json:"startedAt"`
-	EndAt       time.Time         `json:"endAt"`
-	CPUCount    int               `json:"cpuCount"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskSizeMB  int               `json:"diskSizeMB"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-	State       store.State       `json:"state"`
-	EnvdVersion string            `json:"envdVersion"`
+	SandboxID    string              `json:"sandboxID"`
+	TemplateID   string              `json:"templateID"`
+	Alias        string              `json:"alias,omitempty"`
+	ClientID     string              `json:"clientID"`
+	StartedAt    time.Time           `json:"startedAt"`
+	EndAt        time.Time           `json:"endAt"`
+	CPUCount     int                 `json:"cpuCount"`
+	MemoryMB     int                 `json:"memoryMB"`
+	DiskSizeMB   int                 `json:"diskSizeMB"`
+	Metadata     map[string]string   `json:"metadata,omitempty"`
+	State        store.State         `json:"state"`
+	EnvdVersion  string              `json:"envdVersion"`
+	VolumeMounts []store.VolumeMount `json:"volumeMounts,omitempty"`
 }
 
 func (h *Handler) listedView(sb store.Sandbox) listedView {
 	return listedView{
-		SandboxID:   sb.ID,
-		TemplateID:  sb.TemplateID,
-		Alias:       sb.Alias,
-		ClientID:    clientID,
-		StartedAt:   sb.StartedAt,
-		EndAt:       sb.EndAt,
-		CPUCount:    sb.CPUCount,
-		MemoryMB:    sb.MemoryMB,
-		DiskSizeMB:  sb.DiskSizeMB,
-		Metadata:    sb.Metadata,
-		State:       sb.State,
-		EnvdVersion: h.envdVersion,
+		SandboxID:    sb.ID,
+		TemplateID:   sb.TemplateID,
+		Alias:        sb.Alias,
+		ClientID:     clientID,
+		StartedAt:    sb.StartedAt,
+		EndAt:        sb.EndAt,
+		CPUCount:     sb.CPUCount,
+		MemoryMB:     sb.MemoryMB,
+		DiskSizeMB:   sb.DiskSizeMB,
+		Metadata:     sb.Metadata,
+		State:        sb.State,
+		EnvdVersion:  h.envdVersion,
+		VolumeMounts: sb.VolumeMounts,
 	}
 }
 
 // detailView is the SandboxDetail body of GET /sandboxes/{id}: the list
-// item plus what only getInfo returns.
+// item plus what only getInfo returns. PausedWith, ResumedBy and Reboots
+// are our extensions (docs/LIFECYCLE.md).
 type detailView struct {
 	listedView
 	EnvdAccessToken     string          `json:"envdAccessToken,omitempty"`
@@ -77,6 +80,9 @@ type detailView struct {
 	Domain              *string         `json:"domain"`
 	Network             json.RawMessage `json:"network,omitempty"`
 	Lifecycle           lifecycleView   `json:"lifecycle"`
+	PausedWith          string          `json:"pausedWith,omitempty"`
+	ResumedBy           string          `json:"resumedBy,omitempty"`
+	Reboots             int             `json:"reboots,omitempty"`
 }
 
 type lifecycleView struct {
@@ -84,19 +90,32 @@ type lifecycleView struct {
 	AutoResume bool   `json:"autoResume"`
 }
 
+// pausedWith names how a paused sandbox is kept.
+var pausedWith = map[store.PauseKind]string{
+	store.PausedInRAM:  "memory-in-ram",
+	store.PausedOnDisk: "memory-on-disk",
+	store.PausedFiles:  "filesystem",
+}
+
 func (h *Handler) detailView(sb store.Sandbox) detailView {
 	onTimeout := "kill"
 	if sb.AutoPause {
 		onTimeout = "pause"
 	}
-	return detailView{
+	v := detailView{
 		listedView:          h.listedView(sb),
 		EnvdAccessToken:     sb.EnvdAccessToken,
 		AllowInternetAccess: sb.AllowInternetAccess,
 		Domain:              nullable(h.domain),
 		Network:             publicNetwork(sb.Network),
-		Lifecycle:           lifecycleView{OnTimeout: onTimeout},
+		Lifecycle:           lifecycleView{OnTimeout: onTimeout, AutoResume: sb.AutoResume},
+		ResumedBy:           sb.ResumedBy,
+		Reboots:             sb.Reboots,
 	}
+	if sb.State == store.StatePaused {
+		v.PausedWith = pausedWith[sb.PausedAs]
+	}
+	return v
 }
 
 // publicNetwork returns the stored create-time network config without the

@@ -83,6 +83,11 @@ Environment:
 			"default-timeout", "lifetime of a sandbox whose create (or connect) names none, as the v2 SDKs do: `DURATION` in whole seconds, at most --max-timeout")
 		fs.Var(funcValue{set: func(v string) (err error) { cfg.PausedRetention, err = parseLongDuration(v); return err }, get: func() string { return formatLongDuration(cfg.PausedRetention) }},
 			"paused-retention", "how long a sandbox stays paused before it is killed, the reason recorded: `DURATION` like 30d or 12h; 0 = until killed")
+		fs.DurationVar(&cfg.PauseInRAM, "pause-in-ram", cfg.PauseInRAM, "how long a paused sandbox stays frozen in memory before it is saved to disk with its memory and stopped, where its backend can (vm): `DURATION`; 0 = at once")
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.SnapshotBudget, err = bytesize.Parse(v); return err }, get: func() string { return bytesize.Format(cfg.SnapshotBudget) }},
+			"snapshot-budget", "most disk the snapshots may take under DIR/snapshots, `SIZE` like 20GiB; a snapshot beyond is refused (507); 0 = no bound")
+		fs.Var(funcValue{set: func(v string) (err error) { cfg.VolumeSize, err = bytesize.Parse(v); return err }, get: func() string { return bytesize.Format(cfg.VolumeSize) }},
+			"volume-size", "capacity of each new volume, `SIZE` like 1GiB: a write beyond fails (no space left)")
 		fs.Var(funcValue{set: func(v string) error {
 			n, err := bytesize.Parse(v)
 			if err == nil && (n == 0 || n > math.MaxInt64) {

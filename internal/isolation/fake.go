@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -108,8 +110,16 @@ func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
 	if len(spec.Layers) > 0 || spec.Export != "" {
 		return nil, fmt.Errorf("starting sandbox %s: layers and export: %w", spec.ID, errors.ErrUnsupported)
 	}
+	if len(spec.Volumes) > 0 && !f.caps.Volumes {
+		return nil, fmt.Errorf("starting sandbox %s: volumes: %w", spec.ID, errors.ErrUnsupported)
+	}
 	if err := CheckSnapshot(spec, f.caps); err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
+	if spec.Snapshot != nil {
+		if _, err := os.Stat(filepath.Join(spec.Snapshot.Dir, fakeSnapshotFile)); err != nil {
+			return nil, fmt.Errorf("starting sandbox %s: reading the snapshot: %w", spec.ID, err)
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -269,9 +279,45 @@ func (i *FakeInstance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	return l.dial(ctx)
 }
 
-// Snapshot implements Instance: the fake saves nothing.
-func (i *FakeInstance) Snapshot(context.Context, string, SnapshotKind) error {
-	return fmt.Errorf("snapshotting sandbox %s: %w", i.spec.ID, errors.ErrUnsupported)
+// fakeSnapshotFile is what a FakeInstance's Snapshot writes into its
+// directory: the sandbox it saved and the kind.
+const fakeSnapshotFile = "fake-snapshot.json"
+
+type fakeSnapshot struct {
+	From string       `json:"from"`
+	Kind SnapshotKind `json:"kind"`
+}
+
+// Snapshot implements Instance: it writes which sandbox it saved, up to
+// the Fake's Capabilities.Snapshot, and nothing else.
+func (i *FakeInstance) Snapshot(_ context.Context, dir string, kind SnapshotKind) error {
+	if kind == NoSnapshot || kind > i.f.caps.Snapshot {
+		return fmt.Errorf("snapshotting sandbox %s: a %s snapshot: %w", i.spec.ID, kind, errors.ErrUnsupported)
+	}
+	i.f.mu.Lock()
+	ended := i.ended()
+	i.f.mu.Unlock()
+	if ended {
+		return fmt.Errorf("snapshotting sandbox %s: %w", i.spec.ID, ErrGone)
+	}
+	b, _ := json.Marshal(fakeSnapshot{From: i.spec.ID, Kind: kind})
+	return os.WriteFile(filepath.Join(dir, fakeSnapshotFile), b, 0o600)
+}
+
+// SnapshotSource returns the sandbox whose snapshot a sandbox started
+// from (Spec.Snapshot), with the kind it was saved as; "" when it started
+// from its template.
+func (i *FakeInstance) SnapshotSource() (from string, kind SnapshotKind, err error) {
+	if i.spec.Snapshot == nil {
+		return "", NoSnapshot, nil
+	}
+	b, err := os.ReadFile(filepath.Join(i.spec.Snapshot.Dir, fakeSnapshotFile))
+	if err != nil {
+		return "", NoSnapshot, err
+	}
+	var s fakeSnapshot
+	err = json.Unmarshal(b, &s)
+	return s.From, s.Kind, err
 }
 
 // Pause implements Instance.

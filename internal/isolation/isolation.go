@@ -96,6 +96,9 @@ type Capabilities struct {
 	// memory. A backend that makes one also starts sandboxes from it
 	// (Spec.Snapshot).
 	Snapshot SnapshotKind
+	// Volumes: Spec.Volumes are mounted; a backend without refuses a
+	// Spec that has any.
+	Volumes bool
 }
 
 // SnapshotKind is what a snapshot of a sandbox holds.
@@ -186,6 +189,12 @@ type Spec struct {
 	// Capabilities.Snapshot does not cover.
 	Snapshot *SnapshotSource
 
+	// Volumes are host directories mounted read-write into the sandbox,
+	// each over its own file system (the manager's volumes): files keep
+	// the ids the sandbox gives them, as seen inside (0 is its root), in
+	// every sandbox that mounts the directory.
+	Volumes []VolumeMount
+
 	// Export, when set, is an empty host directory that receives the
 	// sandbox's file system changes when it stops (Instance.Stop, before
 	// the sandbox's disk is discarded): what a build step made, as a
@@ -198,6 +207,13 @@ type Spec struct {
 	// /etc/resolv.conf) are left out. A backend that cannot export
 	// refuses a Spec with Export set.
 	Export string
+}
+
+// VolumeMount is a host directory and the absolute, clean path inside
+// the sandbox it is mounted at.
+type VolumeMount struct {
+	Source string
+	Target string
 }
 
 // Resources are the sandbox's quotas. CPUCount, MemoryMB and DiskSizeMB

@@ -50,6 +50,9 @@ type Config struct {
 	// Ingress enforces traffic tokens and host masks; nil: ports are
 	// public and Host headers pass unchanged.
 	Ingress IngressPolicies
+	// Waker resumes paused sandboxes that traffic may wake (wake.go);
+	// nil: requests to a paused sandbox get 502.
+	Waker Waker
 	// Domain is the sandbox domain D of <port>-<id>.D hosts; it may carry
 	// a port ("example.test:8443"). Empty disables host routing: only the
 	// header routing on localhost, IP literals and sandbox.* works.
@@ -61,6 +64,7 @@ type Config struct {
 type Router struct {
 	dialer        Dialer
 	ingress       IngressPolicies // nil: no checks
+	waker         Waker           // nil: nothing wakes
 	domain        string          // lower case, no trailing dot
 	domainHasPort bool
 	log           *slog.Logger
@@ -76,6 +80,7 @@ func New(cfg Config) (*Router, error) {
 	rt := &Router{
 		dialer:  cfg.Dialer,
 		ingress: cfg.Ingress,
+		waker:   cfg.Waker,
 		domain:  strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
 		log:     cfg.Log,
 	}
@@ -159,6 +164,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			t.host = strings.ReplaceAll(in.MaskRequestHost, "${PORT}", strconv.Itoa(t.port))
 		}
+	}
+	if !rt.wake(w, r, t) {
+		return
 	}
 	// Let a streamed request body keep flowing after the response starts
 	// (HTTP/1.1; HTTP/2 is full duplex already and reports an error).

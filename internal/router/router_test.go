@@ -405,8 +405,24 @@ func TestWebSocket(t *testing.T) {
 	d := newDialer()
 	d.serve(t, "isb1", 6080, websocket.Handler(func(ws *websocket.Conn) { io.Copy(ws, ws) }))
 	srv, _ := startProxy(t, d)
+	ws := dialWebSocket(t, srv, "6080-isb1.example.test", "/websockify")
+	for _, msg := range []string{"hello", "world"} {
+		if err := websocket.Message.Send(ws, msg); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		ws.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := websocket.Message.Receive(ws, &got); err != nil || got != msg {
+			t.Fatalf("echo: %q, %v", got, err)
+		}
+	}
+}
 
-	cfg, err := websocket.NewConfig("ws://6080-isb1.example.test/websockify", "http://6080-isb1.example.test/")
+// dialWebSocket opens a WebSocket through srv to host and path; it is
+// closed when the test ends.
+func dialWebSocket(t *testing.T, srv *httptest.Server, host, path string) *websocket.Conn {
+	t.Helper()
+	cfg, err := websocket.NewConfig("ws://"+host+path, "http://"+host+"/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,17 +434,8 @@ func TestWebSocket(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upgrade through the proxy: %v", err)
 	}
-	defer ws.Close()
-	for _, msg := range []string{"hello", "world"} {
-		if err := websocket.Message.Send(ws, msg); err != nil {
-			t.Fatal(err)
-		}
-		var got string
-		ws.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if err := websocket.Message.Receive(ws, &got); err != nil || got != msg {
-			t.Fatalf("echo: %q, %v", got, err)
-		}
-	}
+	t.Cleanup(func() { ws.Close() })
+	return ws
 }
 
 // TestUpstreamDies: a sandbox killed mid-response resets the client's

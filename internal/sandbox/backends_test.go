@@ -25,7 +25,7 @@ func TestBackendWithoutPause(t *testing.T) {
 	if r := e.record(t, sb.ID); r.Backend != "nopause" {
 		t.Errorf("recorded backend %q, want nopause", r.Backend)
 	}
-	err := e.m.Pause(ctx, sb.ID)
+	err := e.m.Pause(ctx, sb.ID, true)
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "nopause backend cannot pause") {
 		t.Errorf("Pause = %v, want ErrInvalid naming the backend", err)
 	}
@@ -56,7 +56,7 @@ func TestAdoptWithEachSandboxsBackend(t *testing.T) {
 	if r := e.record(t, old.ID); r.State != store.StateRunning || r.Backend != "first" {
 		t.Errorf("old sandbox after restart: %s on %q (%q), want running on first", r.State, r.Backend, r.Reason)
 	}
-	if err := e.m.Pause(context.Background(), old.ID); err != nil || !first.Instance(old.ID).Paused() {
+	if err := e.m.Pause(context.Background(), old.ID, true); err != nil || !first.Instance(old.ID).Paused() {
 		t.Errorf("pausing the adopted sandbox: %v; paused on its backend: %v", err, first.Instance(old.ID).Paused())
 	}
 	fresh := e.create(t, CreateRequest{})

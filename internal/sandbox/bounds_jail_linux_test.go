@@ -117,7 +117,7 @@ func TestJailPausedRetention(t *testing.T) {
 		sbs = append(sbs, sb)
 	}
 	paused, neighbour := sbs[0], sbs[1]
-	if err := m.Pause(ctx, paused.ID); err != nil {
+	if err := m.Pause(ctx, paused.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, "paused sandbox removed", func() bool {

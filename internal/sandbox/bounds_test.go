@@ -131,7 +131,7 @@ func TestPausedRetention(t *testing.T) {
 	resumed := e.create(t, CreateRequest{Timeout: 10 * time.Minute})
 	running := e.create(t, CreateRequest{Timeout: 3 * time.Hour})
 	for _, sb := range []store.Sandbox{kept, resumed} {
-		if err := e.m.Pause(ctx, sb.ID); err != nil {
+		if err := e.m.Pause(ctx, sb.ID, true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -144,7 +144,7 @@ func TestPausedRetention(t *testing.T) {
 		}
 	}
 	// A resume ends the paused time; a running sandbox has no retention.
-	if _, ok, err := e.m.Connect(ctx, resumed.ID, 2*time.Hour); err != nil || !ok {
+	if _, ok, err := e.m.Connect(ctx, resumed.ID, 2*time.Hour, false); err != nil || !ok {
 		t.Fatalf("Connect = %v, %v", ok, err)
 	}
 	clk.advance(2 * time.Minute)
@@ -179,7 +179,7 @@ func TestPausedRetention(t *testing.T) {
 
 	// A paused sandbox adopted by a restarted server counts from its
 	// record's last change: two hours later it is removed at once.
-	if err := e.m.Pause(ctx, resumed.ID); err != nil {
+	if err := e.m.Pause(ctx, resumed.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	pausedAt := e.record(t, resumed.ID).UpdatedAt

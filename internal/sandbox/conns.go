@@ -20,12 +20,12 @@ func (m *Manager) Dial(ctx context.Context, id string, port int) (net.Conn, erro
 		return nil, err
 	}
 	sb.mu.Lock()
-	state, epoch := sb.state, sb.epoch
+	state, epoch, inst := sb.state, sb.epoch, sb.inst
 	sb.mu.Unlock()
 	if err := dialable(id, state); err != nil {
 		return nil, err
 	}
-	c, err := sb.inst.Dial(ctx, port)
+	c, err := inst.Dial(ctx, port)
 	if errors.Is(err, isolation.ErrGone) {
 		return nil, fmt.Errorf("%w: %w", notFound(id), err)
 	}

@@ -38,12 +38,24 @@ const (
 )
 
 // Create starts a sandbox and returns once envd is initialised in it.
+// req.Template names a template or a snapshot (snapshot.go).
 func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox, error) {
 	if err := m.checkTimeout(req.Timeout); err != nil {
 		return store.Sandbox{}, err
 	}
 	if req.Network != nil && !json.Valid(req.Network) {
 		return store.Sandbox{}, invalid("network config is not valid JSON")
+	}
+	if err := checkLifecycle(req); err != nil {
+		return store.Sandbox{}, err
+	}
+	sn, unpin, err := m.findSnapshot(ctx, req.Template)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	if unpin != nil {
+		defer unpin()
+		return m.createFromSnapshot(ctx, req, sn)
 	}
 	tmpl, err := m.cfg.Templates.Lookup(req.Template)
 	if errors.Is(err, template.ErrNotFound) {
@@ -56,8 +68,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, fmt.Errorf("looking up template %q: %w", req.Template, err)
 	}
 	backend := m.backendFor(tmpl)
-	if req.AutoPause && !backend.Capabilities().Pause {
-		return store.Sandbox{}, cannot(backend, "pause sandboxes: autoPause is not available")
+	if err := m.checkPolicy(backend, req); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := m.checkMounts(ctx, backend, req.VolumeMounts); err != nil {
+		return store.Sandbox{}, err
 	}
 	ec, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl)
 	if err != nil {
@@ -70,31 +85,13 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := m.checkDisk(res.DiskSizeMB); err != nil {
 		return store.Sandbox{}, err
 	}
-
 	now := m.cfg.Now()
-	rec := store.Sandbox{
-		TemplateID:          tmpl.ID,
-		Alias:               tmpl.Name,
-		State:               store.StateStarting,
-		StartedAt:           now,
-		EndAt:               now.Add(req.Timeout),
-		CPUCount:            res.CPUCount,
-		MemoryMB:            res.MemoryMB,
-		DiskSizeMB:          res.DiskSizeMB,
-		Metadata:            req.Metadata,
-		EnvVars:             req.EnvVars,
-		AllowInternetAccess: req.AllowInternetAccess,
-		AutoPause:           req.AutoPause,
-		Network:             req.Network,
-		Backend:             backend.Name(),
-		EnvdAccessToken:     newToken(), // whatever Secure says: envd always wants one
-		Secure:              req.Secure,
-	}
-	if denyPublicTraffic(req.Network) {
-		rec.TrafficAccessToken = newToken()
-	}
-	if w := m.takeWarm(tmpl, ec); w != nil {
-		return m.handOut(ctx, w, rec, req, tmpl, ec)
+	rec := m.newRecord(req, tmpl, res, backend, now)
+	// A pool member has no volumes: a create that mounts any boots.
+	if len(req.VolumeMounts) == 0 {
+		if w := m.takeWarm(tmpl, ec); w != nil {
+			return m.handOut(ctx, w, rec, req, tmpl, ec)
+		}
 	}
 	if err := m.admit(); err != nil {
 		return store.Sandbox{}, err
@@ -106,11 +103,73 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	log := m.log.With("sandbox_id", rec.ID)
 	log.Info("creating sandbox", "template", tmpl.ID)
-	inst, err := m.boot(ctx, rec, tmpl, res, log)
+	inst, err := m.boot(ctx, rec, tmpl, res, nil, log)
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, req.EnvVars, log, now)
+	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, req.EnvVars, false, log, now)
+}
+
+// checkLifecycle refuses the lifecycle combinations E2B refuses, in its
+// words.
+func checkLifecycle(req CreateRequest) error {
+	switch {
+	case req.AutoPauseFiles && !req.AutoPause:
+		return invalid("autoPauseMemory=false only applies when autoPause is true.")
+	case req.AutoPauseFiles && req.AutoResume:
+		return invalid("autoPauseMemory=false (filesystem-only auto-pause) cannot be combined with autoResume: " +
+			"a filesystem-only snapshot cannot be auto-resumed by traffic and must be resumed explicitly.")
+	}
+	return nil
+}
+
+// checkPolicy refuses a create whose lifecycle policy backend cannot
+// carry out (pause.go).
+func (m *Manager) checkPolicy(backend isolation.Backend, req CreateRequest) error {
+	if !req.AutoPause {
+		return nil
+	}
+	if req.AutoPauseFiles {
+		if !m.canSnapshot(backend, isolation.FilesSnapshot) {
+			return cannot(backend, "save a sandbox's file system: autoPauseMemory false (a filesystem-only pause) is not available")
+		}
+		return nil
+	}
+	if !backend.Capabilities().Pause && !m.canSnapshot(backend, isolation.MemorySnapshot) {
+		return cannot(backend, "pause sandboxes: autoPause is not available")
+	}
+	return nil
+}
+
+// newRecord is the record of a sandbox that req creates from tmpl, with
+// res, on backend, at now; not yet stored.
+func (m *Manager) newRecord(req CreateRequest, tmpl *template.Template, res isolation.Resources, backend isolation.Backend, now time.Time) store.Sandbox {
+	rec := store.Sandbox{
+		TemplateID:          tmpl.ID,
+		Alias:               tmpl.Name,
+		State:               store.StateStarting,
+		StartedAt:           now,
+		EndAt:               now.Add(req.Timeout),
+		Timeout:             req.Timeout,
+		CPUCount:            res.CPUCount,
+		MemoryMB:            res.MemoryMB,
+		DiskSizeMB:          res.DiskSizeMB,
+		Metadata:            req.Metadata,
+		EnvVars:             req.EnvVars,
+		AllowInternetAccess: req.AllowInternetAccess,
+		AutoPause:           req.AutoPause,
+		AutoPauseFiles:      req.AutoPauseFiles,
+		AutoResume:          req.AutoResume,
+		Network:             req.Network,
+		Backend:             backend.Name(),
+		EnvdAccessToken:     newToken(), // whatever Secure says: envd always wants one
+		Secure:              req.Secure,
+		VolumeMounts:        req.VolumeMounts,
+	}
+	if denyPublicTraffic(req.Network) {
+		rec.TrafficAccessToken = newToken()
+	}
+	return rec
 }
 
 // record stores rec, in state starting, under a new ID, before anything
@@ -129,33 +188,59 @@ func (m *Manager) record(ctx context.Context, rec store.Sandbox) (store.Sandbox,
 	}
 }
 
-// abort undoes a create of rec that failed at step: it detaches the
-// network, stops inst (or has rec's backend clean up by ID when there is
-// none yet) and records the error. It returns the error to give the
-// caller.
+// abort undoes a create of rec that failed at step (undo) and records the
+// error. It returns the error to give the caller.
 func (m *Manager) abort(ctx context.Context, rec store.Sandbox, inst isolation.Instance, log *slog.Logger, step string, err error) error {
-	id := rec.ID
-	err = fmt.Errorf("creating sandbox %s: %s: %w", id, step, err)
-	bg := context.WithoutCancel(ctx)
-	m.detachNetwork(id)
-	if inst != nil {
-		if serr := inst.Stop(bg); serr != nil {
-			log.Error("stopping sandbox after a failed create", "err", serr)
-		}
-	} else if cerr := m.backends[rec.Backend].Cleanup(bg, id, nil); cerr != nil {
-		log.Error("cleaning up after a failed create", "err", cerr)
-	}
-	if serr := m.cfg.Store.SetState(bg, id, store.StateError, err.Error()); serr != nil {
+	m.undo(context.WithoutCancel(ctx), rec, inst, log)
+	return m.failed(ctx, rec, log, step, err)
+}
+
+// failed records that the create of rec failed at step, and returns the
+// error to give the caller.
+func (m *Manager) failed(ctx context.Context, rec store.Sandbox, log *slog.Logger, step string, err error) error {
+	err = fmt.Errorf("creating sandbox %s: %s: %w", rec.ID, step, err)
+	if serr := m.cfg.Store.SetState(context.WithoutCancel(ctx), rec.ID, store.StateError, err.Error()); serr != nil {
 		log.Error("recording a failed create", "err", serr)
 	}
 	return err
 }
 
-// boot starts the recorded sandbox rec of tmpl with res on the backend,
-// waits for envd and attaches its network; envd runs in it, not yet
-// initialised, and requires rec's access token from its first request. On
-// error everything is undone and recorded.
-func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, res isolation.Resources, log *slog.Logger) (isolation.Instance, error) {
+// undo takes down what a failed start of rec left: it detaches the
+// network and stops inst, or has rec's backend clean up by ID when there
+// is none yet.
+func (m *Manager) undo(ctx context.Context, rec store.Sandbox, inst isolation.Instance, log *slog.Logger) {
+	m.detachNetwork(rec.ID)
+	if inst != nil {
+		if serr := inst.Stop(ctx); serr != nil {
+			log.Error("stopping sandbox after a failed start", "err", serr)
+		}
+	} else if cerr := m.backends[rec.Backend].Cleanup(ctx, rec.ID, nil); cerr != nil {
+		log.Error("cleaning up after a failed start", "err", cerr)
+	}
+}
+
+// startFrom is a snapshot a sandbox starts from, and the kind it starts
+// as (a memory snapshot's files alone start a sandbox that boots afresh).
+type startFrom struct {
+	snap store.Snapshot
+	kind isolation.SnapshotKind
+}
+
+// boot is launch for a create: its failure is recorded.
+func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Template, res isolation.Resources, from *startFrom, log *slog.Logger) (isolation.Instance, error) {
+	inst, step, err := m.launch(ctx, rec, tmpl, res, from, log)
+	if err != nil {
+		return nil, m.failed(ctx, rec, log, step, err)
+	}
+	return inst, nil
+}
+
+// launch starts the recorded sandbox rec of tmpl (from a snapshot, when
+// from is set) with res on its backend, waits for envd and attaches its
+// network; envd runs in it, not yet initialised, and requires rec's
+// access token from its first request. On error it returns the step that
+// failed, with nothing left running.
+func (m *Manager) launch(ctx context.Context, rec store.Sandbox, tmpl *template.Template, res isolation.Resources, from *startFrom, log *slog.Logger) (isolation.Instance, string, error) {
 	spec := isolation.Spec{
 		ID:       rec.ID,
 		RootFS:   tmpl.RootFS,
@@ -167,52 +252,48 @@ func (m *Manager) boot(ctx context.Context, rec store.Sandbox, tmpl *template.Te
 		EnvdAccessToken: rec.EnvdAccessToken,
 		Resources:       res,
 	}
+	if from != nil {
+		spec.Snapshot = &isolation.SnapshotSource{Dir: m.snapshotDir(from.snap.ID), Kind: from.kind, EnvdAccessToken: from.snap.EnvdAccessToken}
+	}
 	backend := m.backends[rec.Backend]
+	fail := func(inst isolation.Instance, step string, err error) (isolation.Instance, string, error) {
+		m.undo(context.WithoutCancel(ctx), rec, inst, log)
+		return nil, step, err
+	}
+	var err error
+	if spec.Volumes, err = m.volumeSpecs(ctx, rec); err != nil {
+		return fail(nil, "finding its volumes", err)
+	}
 	if err := m.rootImage(ctx, backend, &spec, tmpl); err != nil {
-		return nil, m.abort(ctx, rec, nil, log, "making the template's image", err)
+		return fail(nil, "making the template's image", err)
 	}
 	inst, err := backend.Start(ctx, spec)
 	if err != nil {
-		return nil, m.abort(ctx, rec, nil, log, "starting", err)
+		return fail(nil, "starting", err)
 	}
 	if err := m.cfg.Store.SetBackendState(ctx, rec.ID, inst.State()); err != nil {
-		return nil, m.abort(ctx, rec, inst, log, "recording backend state", err)
+		return fail(inst, "recording backend state", err)
 	}
 	if err := waitEnvd(ctx, inst); err != nil {
-		return nil, m.abort(ctx, rec, inst, log, "waiting for envd", err)
+		return fail(inst, "waiting for envd", err)
 	}
 	// Before envd runs anything: a start command may resolve names at once.
 	if err := m.attachNetwork(ctx, rec, inst, tmpl); err != nil {
-		return nil, m.abort(ctx, rec, inst, log, "attaching the network gateway", err)
+		return fail(inst, "attaching the network gateway", err)
 	}
-	return inst, nil
+	return inst, "", nil
 }
 
-// finish initialises envd in a booted sandbox with the template's and the
-// request's env vars and rec's access token, presenting token, the one
-// envd has now (they differ for a pool member, whose token is rotated
-// here), starts the template's service, records the sandbox running and
-// makes it live. t0 is when the create call began, for the log.
-func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, log *slog.Logger, t0 time.Time) (store.Sandbox, error) {
-	env := maps.Clone(tmpl.Env)
-	if env == nil {
-		env = map[string]string{}
-	}
-	maps.Copy(env, envVars)
-	body := initBody{
-		EnvVars:        env,
-		DefaultUser:    cmp.Or(tmpl.User, defaultUser),
-		DefaultWorkdir: cmp.Or(tmpl.Workdir, defaultWorkdir),
-		Timestamp:      m.cfg.Now(),
-		AccessToken:    rec.EnvdAccessToken,
-	}
+// finish initialises envd in a booted sandbox (initialise), records the
+// sandbox running and makes it live. token is the access token envd has
+// now (it differs from rec's for a pool member, whose token is rotated
+// here); restored says that the sandbox goes on from a memory snapshot,
+// whose template service runs already. t0 is when the create call began,
+// for the log.
+func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, restored bool, log *slog.Logger, t0 time.Time) (store.Sandbox, error) {
 	tInit := m.cfg.Now()
-	if err := initEnvd(ctx, inst, token, body); err != nil {
-		return store.Sandbox{}, m.abort(ctx, rec, inst, log, "initialising envd", err)
-	}
-	tService := m.cfg.Now()
-	if err := startService(ctx, inst, rec, tmpl); err != nil {
-		return store.Sandbox{}, m.abort(ctx, rec, inst, log, "starting the template's service", err)
+	if step, err := m.initialise(ctx, rec, inst, token, tmpl, envVars, !restored); err != nil {
+		return store.Sandbox{}, m.abort(ctx, rec, inst, log, step, err)
 	}
 	tRecord := m.cfg.Now()
 	running, err := m.cfg.Store.UpdateSandbox(ctx, rec.ID, func(sb *store.Sandbox) error {
@@ -227,9 +308,37 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 	m.register(m.newSandbox(rec, m.backends[rec.Backend], inst, log))
 	end := m.cfg.Now()
 	log.Info("sandbox running", "took", end.Sub(t0).Round(time.Millisecond))
-	log.Debug("sandbox running: steps", "before_init", tInit.Sub(t0), "init", tService.Sub(tInit),
-		"service", tRecord.Sub(tService), "record", end.Sub(tRecord))
+	log.Debug("sandbox running: steps", "before_init", tInit.Sub(t0), "init_and_service", tRecord.Sub(tInit), "record", end.Sub(tRecord))
 	return rec, nil
+}
+
+// initialise posts envd's /init in inst with the template's and envVars'
+// env vars and rec's access token, presenting token, and, with service,
+// starts the template's service. On error it returns the step that
+// failed.
+func (m *Manager) initialise(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, service bool) (string, error) {
+	env := maps.Clone(tmpl.Env)
+	if env == nil {
+		env = map[string]string{}
+	}
+	maps.Copy(env, envVars)
+	body := initBody{
+		EnvVars:        env,
+		DefaultUser:    cmp.Or(tmpl.User, defaultUser),
+		DefaultWorkdir: cmp.Or(tmpl.Workdir, defaultWorkdir),
+		Timestamp:      m.cfg.Now(),
+		AccessToken:    rec.EnvdAccessToken,
+	}
+	if err := initEnvd(ctx, inst, token, body); err != nil {
+		return "initialising envd", err
+	}
+	if !service {
+		return "", nil
+	}
+	if err := startService(ctx, inst, rec, tmpl); err != nil {
+		return "starting the template's service", err
+	}
+	return "", nil
 }
 
 // initBody is envd's POST /init request (internal/envd/init.go).
@@ -304,10 +413,13 @@ func initEnvd(ctx context.Context, inst isolation.Instance, token string, body i
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 // newID returns "i" and 20 random characters of [a-z0-9], as E2B's IDs.
-func newID() string {
+func newID() string { return newIDWith('i') }
+
+// newIDWith returns prefix and 20 random characters of [a-z0-9].
+func newIDWith(prefix byte) string {
 	const n = 20
 	out := make([]byte, 0, n+1)
-	out = append(out, 'i')
+	out = append(out, prefix)
 	var buf [32]byte
 	for len(out) < n+1 {
 		rand.Read(buf[:])

@@ -67,13 +67,13 @@ func TestJail(t *testing.T) {
 
 	// A process survives pause and resume with its pid.
 	pid := startIn(t, m, sb, "/bin/sleep", "3600")
-	if err := m.Pause(ctx, sb.ID); err != nil {
+	if err := m.Pause(ctx, sb.ID, true); err != nil {
 		t.Fatalf("Pause: %v", err)
 	}
 	if _, err := m.Dial(ctx, sb.ID, EnvdPort); err == nil {
 		t.Error("Dial succeeded while paused")
 	}
-	if _, resumed, err := m.Connect(ctx, sb.ID, time.Minute); err != nil || !resumed {
+	if _, resumed, err := m.Connect(ctx, sb.ID, time.Minute, false); err != nil || !resumed {
 		t.Fatalf("Connect = %v, %v", resumed, err)
 	}
 	if pids := listPids(t, m, sb); !slices.Contains(pids, pid) {

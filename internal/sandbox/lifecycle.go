@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
@@ -48,21 +49,24 @@ func (m *Manager) terminate(ctx context.Context, sb *sandbox, state store.State,
 	return nil
 }
 
-// drop forgets sb, closes its connections and stops its instance.
+// drop forgets sb, closes its connections and stops its instance; the
+// snapshots it ran from may go then.
 func (m *Manager) drop(ctx context.Context, sb *sandbox, state store.State, reason string) {
 	sb.mu.Lock()
 	sb.state = store.StateKilled // gone, whatever the record says
 	conns := sb.takeConnsLocked()
+	inst := sb.inst
 	sb.mu.Unlock()
 	closeConns(conns)
 	m.forget(sb)
 	m.detachNetwork(sb.id)
-	if err := sb.inst.Stop(context.WithoutCancel(ctx)); err != nil {
+	if err := inst.Stop(context.WithoutCancel(ctx)); err != nil {
 		// The record says killed; whatever is left is found as a
 		// leftover by the next reconcile.
 		sb.log.Error("stopping sandbox", "reason", reason, "err", err)
 	}
 	sb.log.Info("sandbox ended", "state", state, "reason", reason)
+	m.collectSnapshotsLater()
 }
 
 // SetTimeout sets endAt = now + d (it may shorten).
@@ -82,104 +86,6 @@ func (m *Manager) SetTimeout(ctx context.Context, id string, d time.Duration) er
 	sb.mu.Lock()
 	sb.endAt = endAt
 	sb.mu.Unlock()
-	return nil
-}
-
-// Connect extends a running sandbox's endAt to at least now + d, or resumes a
-// paused one (resumed = true).
-func (m *Manager) Connect(ctx context.Context, id string, d time.Duration) (sb store.Sandbox, resumed bool, err error) {
-	if err := m.checkTimeout(d); err != nil {
-		return store.Sandbox{}, false, err
-	}
-	s, err := m.lookup(id)
-	if err != nil {
-		return store.Sandbox{}, false, err
-	}
-	s.op.Lock()
-	defer s.op.Unlock()
-	endAt := m.cfg.Now().Add(d)
-	switch s.current() {
-	case store.StateRunning:
-		rec, err := m.cfg.Store.UpdateSandbox(ctx, id, func(r *store.Sandbox) error {
-			if endAt.After(r.EndAt) {
-				r.EndAt = endAt
-			}
-			return nil
-		})
-		if err != nil {
-			return store.Sandbox{}, false, fmt.Errorf("connecting to sandbox %s: recording timeout: %w", id, err)
-		}
-		s.mu.Lock()
-		s.endAt = rec.EndAt
-		s.mu.Unlock()
-		return rec, false, nil
-	case store.StatePaused:
-		rec, err := m.cfg.Store.UpdateSandbox(ctx, id, func(r *store.Sandbox) error {
-			r.State, r.Reason, r.EndAt = store.StateRunning, "", endAt
-			return nil
-		})
-		if err != nil {
-			return store.Sandbox{}, false, fmt.Errorf("resuming sandbox %s: recording state: %w", id, err)
-		}
-		if err := s.inst.Resume(ctx); err != nil {
-			if serr := m.cfg.Store.SetState(context.WithoutCancel(ctx), id, store.StatePaused, ""); serr != nil {
-				s.log.Error("recording failed resume", "err", serr)
-			}
-			return store.Sandbox{}, false, fmt.Errorf("resuming sandbox %s: %w", id, err)
-		}
-		s.mu.Lock()
-		s.state, s.endAt, s.pausedAt = store.StateRunning, rec.EndAt, time.Time{}
-		s.mu.Unlock()
-		s.log.Info("sandbox resumed")
-		return rec, true, nil
-	default:
-		return store.Sandbox{}, false, notFound(id)
-	}
-}
-
-// Pause freezes a running sandbox (ErrConflict if already paused).
-func (m *Manager) Pause(ctx context.Context, id string) error {
-	sb, err := m.lookup(id)
-	if err != nil {
-		return err
-	}
-	sb.op.Lock()
-	defer sb.op.Unlock()
-	return m.pause(ctx, sb)
-}
-
-// pause freezes sb; the caller holds sb.op.
-func (m *Manager) pause(ctx context.Context, sb *sandbox) error {
-	if !sb.backend.Capabilities().Pause {
-		return cannot(sb.backend, fmt.Sprintf("pause sandbox %q", sb.id))
-	}
-	switch sb.current() {
-	case store.StateRunning:
-	case store.StatePaused:
-		return conflict("sandbox %q is already paused", sb.id)
-	default:
-		return notFound(sb.id)
-	}
-	if err := m.cfg.Store.SetState(ctx, sb.id, store.StatePaused, ""); err != nil {
-		return fmt.Errorf("pausing sandbox %s: recording state: %w", sb.id, err)
-	}
-	sb.mu.Lock()
-	sb.state = store.StatePaused // Dial refuses from here on
-	sb.pausedAt = m.cfg.Now()
-	conns := sb.takeConnsLocked()
-	sb.mu.Unlock()
-	closeConns(conns)
-	if err := sb.inst.Pause(ctx); err != nil {
-		bg := context.WithoutCancel(ctx)
-		if serr := m.cfg.Store.SetState(bg, sb.id, store.StateRunning, ""); serr != nil {
-			sb.log.Error("recording failed pause", "err", serr)
-		}
-		sb.mu.Lock()
-		sb.state, sb.pausedAt = store.StateRunning, time.Time{}
-		sb.mu.Unlock()
-		return fmt.Errorf("pausing sandbox %s: %w", sb.id, err)
-	}
-	sb.log.Info("sandbox paused")
 	return nil
 }
 
@@ -206,12 +112,16 @@ func (m *Manager) timeoutLoop() {
 		for _, sb := range m.live() {
 			sb.mu.Lock()
 			due := !sb.expiring && m.dueLocked(sb, now)
-			if due {
+			toDisk := !sb.expiring && !due && m.toDiskLocked(sb, now)
+			if due || toDisk {
 				sb.expiring = true
 			}
 			sb.mu.Unlock()
-			if due {
+			switch {
+			case due:
 				m.goroutine(func() { m.expire(sb) })
+			case toDisk:
+				m.goroutine(func() { m.moveToDisk(sb) })
 			}
 		}
 	}
@@ -237,7 +147,7 @@ func (m *Manager) expire(sb *sandbox) {
 	sb.mu.Lock()
 	sb.expiring = false
 	due := m.dueLocked(sb, m.cfg.Now())
-	state, autoPause := sb.state, sb.autoPause
+	state := sb.state
 	sb.mu.Unlock()
 	if !due { // extended, resumed or ended meanwhile
 		return
@@ -248,9 +158,9 @@ func (m *Manager) expire(sb *sandbox) {
 	case state == store.StatePaused:
 		sb.log.Info("paused for longer than the retention: killing sandbox", "retention", m.cfg.PausedRetention)
 		err = m.terminate(ctx, sb, store.StateKilled, pausedTooLong(m.cfg.PausedRetention))
-	case autoPause:
-		sb.log.Info("timeout: pausing sandbox")
-		err = m.pause(ctx, sb)
+	case sb.autoPause:
+		sb.log.Info("timeout: pausing sandbox", "files_only", sb.autoPauseFiles)
+		err = m.pause(ctx, sb, !sb.autoPauseFiles)
 	default:
 		err = m.terminate(ctx, sb, store.StateKilled, store.ReasonTimeout)
 	}
@@ -259,19 +169,19 @@ func (m *Manager) expire(sb *sandbox) {
 	}
 }
 
-// watch waits for sb's instance to end by itself and records why.
-func (m *Manager) watch(sb *sandbox) {
+// watch waits for inst, sb's instance, to end by itself and records why.
+func (m *Manager) watch(sb *sandbox, inst isolation.Instance) {
 	select {
-	case <-sb.inst.Done():
+	case <-inst.Done():
 	case <-m.stop:
 		return
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
-	if sb.current() == store.StateKilled {
-		return // we stopped it
+	if sb.current() == store.StateKilled || sb.instance() != inst {
+		return // we stopped it, or a pause did and another runs now
 	}
-	exit := sb.inst.Exit()
+	exit := inst.Exit()
 	state, reason := store.StateError, "exited: "+exit.Reason
 	if exit.OOM {
 		state, reason = store.StateKilled, store.ReasonOOM

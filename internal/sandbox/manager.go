@@ -119,6 +119,20 @@ type Config struct {
 	// PausedRetention is how long a sandbox stays paused before it is
 	// killed (bounds.go); 0 = until it is killed or resumed.
 	PausedRetention time.Duration
+	// PauseInRAM is how long a paused sandbox stays frozen in RAM before
+	// it is saved to disk and stopped, where its backend can save memory
+	// (a memory snapshot); 0: at once (pause.go).
+	PauseInRAM time.Duration
+
+	// SnapshotDir holds a directory per snapshot (snapshot.go); "" leaves
+	// snapshots, forks and pauses without memory out.
+	SnapshotDir string
+	// SnapshotBudget bounds the disk the listed snapshots take, in bytes;
+	// 0: no bound.
+	SnapshotBudget uint64
+	// Volumes finds the volumes sandboxes mount (volumes.go); nil: a
+	// create that names one is refused.
+	Volumes Volumes
 
 	// diskSpace reports the free and total bytes of a directory's file
 	// system (default: statfs); a test seam.
@@ -181,14 +195,23 @@ func (c *Config) setDefaults() {
 
 // CreateRequest is a create call after the API decoded and defaulted it.
 type CreateRequest struct {
-	Template            string
-	Timeout             time.Duration
-	Metadata            map[string]string
-	EnvVars             map[string]string
-	AutoPause           bool
+	// Template names a template, or a snapshot (snapshot.go).
+	Template  string
+	Timeout   time.Duration
+	Metadata  map[string]string
+	EnvVars   map[string]string
+	AutoPause bool
+	// AutoPauseFiles: the timeout's pause keeps the file system only
+	// (E2B's autoPauseMemory false); only with AutoPause.
+	AutoPauseFiles bool
+	// AutoResume: traffic through the router resumes the sandbox while it
+	// is paused; not with AutoPauseFiles.
+	AutoResume          bool
 	Secure              bool // our servers besides envd require the access token too
 	AllowInternetAccess *bool
 	Network             []byte // opaque JSON kept for getInfo
+	// VolumeMounts are the volumes to mount, by name (volumes.go).
+	VolumeMounts []store.VolumeMount
 }
 
 // Metric is one sample for GET /sandboxes/{id}/metrics.
@@ -216,6 +239,11 @@ type Manager struct {
 	// backends are Config.Backend and OtherBackends by name; read-only.
 	backends map[string]isolation.Backend
 
+	// snapMu serializes the removal of snapshots with their use: it
+	// guards pins, the snapshots in use by creates in flight.
+	snapMu sync.Mutex
+	pins   map[string]int
+
 	mu        sync.Mutex // guards the fields below and those of the pools
 	sandboxes map[string]*sandbox
 	pools     map[string]*pool // by template name
@@ -230,23 +258,37 @@ type sandbox struct {
 	id      string
 	log     *slog.Logger
 	backend isolation.Backend // the one that started it
-	inst    isolation.Instance
-	cpus    int     // for metrics when the backend does not say
-	ingress Ingress // from the network config; never changes
+	cpus    int               // for metrics when the backend does not say
+	ingress Ingress           // from the network config; never changes
+	// The lifecycle policy, from the create: never changes.
+	autoPause      bool
+	autoPauseFiles bool
+	autoResume     bool
+	timeout        time.Duration // create-time, for a resume by traffic
 
 	// op serializes lifecycle transitions; it is held across store writes
 	// and backend calls.
 	op sync.Mutex
 
-	mu        sync.Mutex // guards the fields below; never held across I/O
-	state     store.State
-	endAt     time.Time
-	pausedAt  time.Time // when it was paused; zero while running
-	autoPause bool
-	expiring  bool   // an expiry is in flight
-	epoch     uint64 // bumped whenever tracked connections are dropped
-	conns     map[*trackedConn]struct{}
-	metrics   ring
+	mu sync.Mutex // guards the fields below; never held across I/O
+	// inst is the running instance, or parked while the sandbox is
+	// paused with nothing running (pause.go); it changes under op too.
+	inst     isolation.Instance
+	state    store.State
+	pausedAs store.PauseKind
+	endAt    time.Time
+	pausedAt time.Time // when it was paused; zero while running
+	expiring bool      // an expiry or a move to disk is in flight
+	epoch    uint64    // bumped whenever tracked connections are dropped
+	conns    map[*trackedConn]struct{}
+	metrics  ring
+}
+
+// instance returns sb's current instance.
+func (sb *sandbox) instance() isolation.Instance {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.inst
 }
 
 // New returns a manager; call Start to reconcile and begin background work.
@@ -288,6 +330,7 @@ func New(cfg Config) (*Manager, error) {
 		kicks:     make(chan struct{}, 1),
 		sandboxes: map[string]*sandbox{},
 		steps:     map[string]bool{},
+		pins:      map[string]int{},
 		pools:     newPools(cfg.WarmPools, cfg.Now()),
 	}, nil
 }
@@ -406,17 +449,21 @@ func (m *Manager) lookup(id string) (*sandbox, error) {
 // started by backend.
 func (m *Manager) newSandbox(rec store.Sandbox, backend isolation.Backend, inst isolation.Instance, log *slog.Logger) *sandbox {
 	sb := &sandbox{
-		id:        rec.ID,
-		log:       log,
-		backend:   backend,
-		inst:      inst,
-		cpus:      rec.CPUCount,
-		ingress:   ingressOf(rec),
-		state:     rec.State,
-		endAt:     rec.EndAt,
-		autoPause: rec.AutoPause,
-		conns:     map[*trackedConn]struct{}{},
-		metrics:   newRing(m.ringSize()),
+		id:             rec.ID,
+		log:            log,
+		backend:        backend,
+		inst:           inst,
+		cpus:           rec.CPUCount,
+		ingress:        ingressOf(rec),
+		state:          rec.State,
+		pausedAs:       rec.PausedAs,
+		endAt:          rec.EndAt,
+		autoPause:      rec.AutoPause,
+		autoPauseFiles: rec.AutoPauseFiles,
+		autoResume:     rec.AutoResume,
+		timeout:        rec.Timeout,
+		conns:          map[*trackedConn]struct{}{},
+		metrics:        newRing(m.ringSize()),
 	}
 	if rec.State == store.StatePaused {
 		// Adopted paused: the record was last written by the pause (or a
@@ -484,7 +531,8 @@ func (m *Manager) register(sb *sandbox) {
 	m.mu.Lock()
 	m.sandboxes[sb.id] = sb
 	m.mu.Unlock()
-	m.goroutine(func() { m.watch(sb) })
+	inst := sb.instance()
+	m.goroutine(func() { m.watch(sb, inst) })
 }
 
 // forget removes sb from the live set.

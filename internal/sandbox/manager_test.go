@@ -146,12 +146,18 @@ type env struct {
 // newEnv returns a started manager over a fake backend and a fresh store.
 func newEnv(t *testing.T, mod func(*Config)) *env {
 	t.Helper()
+	return newEnvOn(t, isolation.NewFake(), mod)
+}
+
+// newEnvOn is newEnv over fake.
+func newEnvOn(t *testing.T, fake *isolation.Fake, mod func(*Config)) *env {
+	t.Helper()
 	st, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "db.sqlite"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e := &env{fake: isolation.NewFake(), envd: &fakeEnvd{}, store: st}
+	e := &env{fake: fake, envd: &fakeEnvd{}, store: st}
 	e.fake.Handle(EnvdPort, e.envd)
 	e.cfg = Config{
 		Store:     st,
@@ -409,14 +415,14 @@ func TestConnectExtendsOnly(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
 	sb := e.create(t, CreateRequest{Timeout: 10 * time.Minute})
-	got, resumed, err := e.m.Connect(ctx, sb.ID, time.Minute)
+	got, resumed, err := e.m.Connect(ctx, sb.ID, time.Minute, false)
 	if err != nil || resumed {
 		t.Fatalf("Connect = %v, %v", resumed, err)
 	}
 	if !got.EndAt.Equal(sb.EndAt) {
 		t.Errorf("Connect(1m) moved endAt from %v to %v", sb.EndAt, got.EndAt)
 	}
-	got, _, err = e.m.Connect(ctx, sb.ID, 20*time.Minute)
+	got, _, err = e.m.Connect(ctx, sb.ID, 20*time.Minute, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -426,10 +432,10 @@ func TestConnectExtendsOnly(t *testing.T) {
 	if r := e.record(t, sb.ID); !r.EndAt.Equal(got.EndAt) {
 		t.Errorf("stored endAt %v, returned %v", r.EndAt, got.EndAt)
 	}
-	if _, _, err := e.m.Connect(ctx, "inope", time.Minute); !errors.Is(err, ErrNotFound) {
+	if _, _, err := e.m.Connect(ctx, "inope", time.Minute, false); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Connect unknown = %v", err)
 	}
-	if _, _, err := e.m.Connect(ctx, sb.ID, 0); !errors.Is(err, ErrInvalid) {
+	if _, _, err := e.m.Connect(ctx, sb.ID, 0, false); !errors.Is(err, ErrInvalid) {
 		t.Errorf("Connect(0) = %v", err)
 	}
 }
@@ -445,11 +451,11 @@ func TestPauseAndConnectResumes(t *testing.T) {
 	defer conn.Close()
 	readErr := reading(conn)
 
-	if err := e.m.Pause(ctx, sb.ID); err != nil {
+	if err := e.m.Pause(ctx, sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	expectClosed(t, readErr, "pause")
-	if err := e.m.Pause(ctx, sb.ID); !errors.Is(err, ErrConflict) {
+	if err := e.m.Pause(ctx, sb.ID, true); !errors.Is(err, ErrConflict) {
 		t.Errorf("second Pause = %v, want ErrConflict", err)
 	}
 	if !e.fake.Instance(sb.ID).Paused() || e.record(t, sb.ID).State != store.StatePaused {
@@ -459,7 +465,7 @@ func TestPauseAndConnectResumes(t *testing.T) {
 		t.Errorf("Dial while paused = %v, want ErrPaused", err)
 	}
 
-	got, resumed, err := e.m.Connect(ctx, sb.ID, 2*time.Minute)
+	got, resumed, err := e.m.Connect(ctx, sb.ID, 2*time.Minute, false)
 	if err != nil || !resumed {
 		t.Fatalf("Connect = %v, %v; want resumed", resumed, err)
 	}
@@ -536,7 +542,7 @@ func TestKill(t *testing.T) {
 	}
 	for name, err := range map[string]error{
 		"Kill":    e.m.Kill(ctx, sb.ID),
-		"Pause":   e.m.Pause(ctx, sb.ID),
+		"Pause":   e.m.Pause(ctx, sb.ID, true),
 		"Kill ?":  e.m.Kill(ctx, "nonexistingsandbox"),
 		"Get":     second(e.m.Get(ctx, sb.ID)),
 		"Dial":    second(e.m.Dial(ctx, sb.ID, EnvdPort)),
@@ -546,7 +552,7 @@ func TestKill(t *testing.T) {
 			t.Errorf("%s after kill = %v, want ErrNotFound", name, err)
 		}
 	}
-	if _, _, err := e.m.Connect(ctx, sb.ID, time.Minute); !errors.Is(err, ErrNotFound) {
+	if _, _, err := e.m.Connect(ctx, sb.ID, time.Minute, false); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Connect after kill = %v", err)
 	}
 	list, _, _ := e.m.List(ctx, store.ListQuery{})
@@ -622,7 +628,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("Metrics before the sandbox existed = %#v, %v; want empty non-nil", early, err)
 	}
 	// Paused sandboxes are not sampled.
-	if err := e.m.Pause(ctx, sb.ID); err != nil {
+	if err := e.m.Pause(ctx, sb.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	n := len(second2(e.m.Metrics(ctx, sb.ID, time.Time{}, time.Time{})))
@@ -675,10 +681,10 @@ func TestReconcile(t *testing.T) {
 	paused := e.create(t, CreateRequest{Timeout: time.Minute})
 	halfPaused := e.create(t, CreateRequest{Timeout: time.Minute})
 	dead := e.create(t, CreateRequest{Timeout: time.Minute})
-	if err := e.m.Pause(ctx, paused.ID); err != nil {
+	if err := e.m.Pause(ctx, paused.ID, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.m.Pause(ctx, halfPaused.ID); err != nil {
+	if err := e.m.Pause(ctx, halfPaused.ID, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.m.Close(); err != nil {
@@ -738,7 +744,7 @@ func TestReconcile(t *testing.T) {
 		t.Fatalf("Dial adopted: %v", err)
 	}
 	c.Close()
-	if _, resumed, err := m2.Connect(ctx, paused.ID, time.Minute); err != nil || !resumed {
+	if _, resumed, err := m2.Connect(ctx, paused.ID, time.Minute, false); err != nil || !resumed {
 		t.Errorf("Connect adopted paused = %v, %v", resumed, err)
 	}
 	if err := m2.Kill(ctx, live.ID); err != nil {

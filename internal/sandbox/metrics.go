@@ -60,7 +60,7 @@ func (m *Manager) metricsLoop() {
 func (m *Manager) sample(sb *sandbox) {
 	ctx, cancel := context.WithTimeout(context.Background(), max(m.cfg.MetricsEvery, time.Second))
 	defer cancel()
-	st, err := sb.inst.Stats(ctx)
+	st, err := sb.instance().Stats(ctx)
 	if err != nil {
 		sb.log.Debug("sampling metrics", "err", err)
 		return

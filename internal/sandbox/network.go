@@ -189,7 +189,7 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, u NetworkUpdate)
 	if err != nil {
 		return fmt.Errorf("updating the network of sandbox %s: recording: %w", id, err)
 	}
-	if m.cfg.Network == nil || !sb.inst.Link().Gateway.IsValid() {
+	if m.cfg.Network == nil || !sb.instance().Link().Gateway.IsValid() {
 		return nil
 	}
 	if err := m.cfg.Network.Update(ctx, id, rules); err != nil {
@@ -234,7 +234,7 @@ func (m *Manager) EgressEvents(id string, cursor uint64, limit int) ([]egress.Ev
 	if err != nil {
 		return nil, 0, err
 	}
-	if m.cfg.Network == nil || !sb.inst.Link().Gateway.IsValid() {
+	if m.cfg.Network == nil || !sb.instance().Link().Gateway.IsValid() {
 		return nil, 0, ErrNoAudit
 	}
 	return m.cfg.Network.Events(id, cursor, limit)

@@ -274,7 +274,7 @@ func (m *Manager) handOut(ctx context.Context, w *warm, rec store.Sandbox, req C
 			return store.Sandbox{}, m.abort(ctx, rec, w.inst, log, "applying the egress rules", err)
 		}
 	}
-	return m.finish(ctx, rec, w.inst, w.rec.EnvdAccessToken, tmpl, req.EnvVars, log, t0)
+	return m.finish(ctx, rec, w.inst, w.rec.EnvdAccessToken, tmpl, req.EnvVars, false, log, t0)
 }
 
 // poolLoop keeps every pool at its target.
@@ -389,7 +389,7 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 		return nil, err
 	}
 	log := m.log.With("sandbox_id", rec.ID)
-	inst, err := m.boot(ctx, rec, tmpl, res, log)
+	inst, err := m.boot(ctx, rec, tmpl, res, nil, log)
 	if err != nil {
 		return nil, err
 	}

@@ -63,6 +63,10 @@ func (m *Manager) reconcile(ctx context.Context) error {
 		}
 	}
 	m.log.Info("reconciled sandboxes", "adopted", adopted, "lost", lost, "leftovers_cleaned", cleaned)
+	if err := m.sweepSnapshots(ctx); err != nil {
+		return fmt.Errorf("reconciling: %w", err)
+	}
+	m.collectSnapshots(ctx)
 	return nil
 }
 
@@ -91,6 +95,16 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 		log.Info("cleaning up sandbox left starting")
 		end(store.StateError, reasonInterrupted, true)
 		return false
+	}
+	if rec.State == store.StatePaused && (rec.PausedAs == store.PausedOnDisk || rec.PausedAs == store.PausedFiles) {
+		// Saved and stopped when it paused: what a crash left running
+		// between the record and the stop, or while it resumed, goes.
+		if err := backend.Cleanup(ctx, rec.ID, rec.BackendState); err != nil {
+			log.Error("cleaning up after a sandbox paused to disk", "err", err)
+		}
+		m.register(m.newSandbox(rec, backend, parked{id: rec.ID}, log))
+		log.Info("sandbox paused to disk kept", "as", rec.PausedAs, "snapshot", rec.SnapshotID)
+		return true
 	}
 	inst, err := backend.Adopt(ctx, rec.ID, rec.BackendState)
 	if err != nil {

@@ -91,6 +91,17 @@ type Config struct {
 	// PausedRetention is how long a sandbox stays paused before it is
 	// killed; 0 = until it is killed or resumed.
 	PausedRetention time.Duration
+	// PauseInRAM is how long a paused sandbox stays frozen in RAM before
+	// it is saved to disk with its memory and stopped, where its backend
+	// can (the vm's); 0 = at once.
+	PauseInRAM time.Duration
+	// SnapshotBudget bounds the disk the snapshots (POST
+	// /sandboxes/{id}/snapshots) take under DataDir/snapshots, in bytes;
+	// 0 = no bound.
+	SnapshotBudget uint64
+	// VolumeSize is each new volume's capacity, in bytes; 0 =
+	// DefaultVolumeSize.
+	VolumeSize uint64
 	// MaxBuildContext bounds an uploaded build context: its upload and
 	// its tar uncompressed, in bytes.
 	MaxBuildContext int64
@@ -142,6 +153,13 @@ const (
 // DefaultDiskReserve is the default Config.DiskReserve.
 var DefaultDiskReserve = sandbox.DiskReserve{Percent: 5}
 
+// Defaults of the pause and snapshot settings.
+const (
+	DefaultPauseInRAM     = 10 * time.Minute
+	DefaultSnapshotBudget = 20 << 30
+	DefaultVolumeSize     = 1 << 30
+)
+
 // Resource defaults and maxima of DefaultConfig; the CPU ones depend on
 // the host (a sandbox cannot have more CPUs than nproc shows the server).
 const (
@@ -176,6 +194,9 @@ func DefaultConfig() Config {
 		PausedRetention:    sandbox.DefaultPausedRetention,
 		MaxTimeout:         sandbox.DefaultMaxTimeout,
 		DefaultTimeout:     api.DefaultSandboxTimeout,
+		PauseInRAM:         DefaultPauseInRAM,
+		SnapshotBudget:     DefaultSnapshotBudget,
+		VolumeSize:         DefaultVolumeSize,
 		MaxBuildContext:    DefaultMaxBuildContext,
 		MaxConnsPerSandbox: DefaultMaxConnsPerSandbox,
 		CPUCount:           min(DefaultCPUCount, runtime.NumCPU()),
@@ -291,6 +312,15 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultTimeout < time.Second || c.DefaultTimeout%time.Second != 0 || (c.MaxTimeout > 0 && c.DefaultTimeout > c.MaxTimeout) {
 		return fmt.Errorf("--default-timeout %s: want whole seconds, at least 1s and at most --max-timeout (%s)", c.DefaultTimeout, c.MaxTimeout)
+	}
+	if c.VolumeSize == 0 {
+		c.VolumeSize = DefaultVolumeSize
+	}
+	if c.VolumeSize < 1<<20 || c.VolumeSize > 1<<44 {
+		return fmt.Errorf("--volume-size %d: want from 1MiB to 16TiB", c.VolumeSize)
+	}
+	if c.PauseInRAM < 0 {
+		return fmt.Errorf("--pause-in-ram %s: want 0 (to disk at once) or more", c.PauseInRAM)
 	}
 	if c.PausedRetention < 0 {
 		return fmt.Errorf("--paused-retention %s: want 0 (until killed) or more", c.PausedRetention)

@@ -30,6 +30,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 	"github.com/agent-sandbox/agent-sandbox/internal/tlsca"
+	"github.com/agent-sandbox/agent-sandbox/internal/volume"
 )
 
 // Server is a configured, not yet serving, agent-sandbox server.
@@ -40,6 +41,7 @@ type Server struct {
 	store     *store.Store
 	templates *template.Builder
 	builds    *api.TemplateBuilds
+	volumes   *volume.Service
 	manager   *sandbox.Manager
 	router    *router.Router
 	net       *sandboxNetwork
@@ -90,6 +92,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates.RegistryTransport = registries.Transport()
+	if s.volumes, err = newVolumes(ctx, cfg, st); err != nil {
+		return nil, err
+	}
 	backend, others, err := newBackends(cfg, log, s.net.host)
 	if err != nil {
 		return nil, err
@@ -119,6 +124,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		DiskReserve:     cfg.DiskReserve,
 		PausedRetention: cfg.PausedRetention,
 		MaxTimeout:      maxTimeout(cfg.MaxTimeout),
+		PauseInRAM:      cfg.PauseInRAM,
+		SnapshotDir:     filepath.Join(cfg.DataDir, "snapshots"),
+		SnapshotBudget:  cfg.SnapshotBudget,
+		Volumes:         s.volumes,
 		DefaultCPU:      cfg.CPUCount,
 		DefaultMemory:   cfg.MemoryMB,
 		DefaultDiskIO:   cfg.DiskIO,
@@ -291,7 +300,9 @@ func (s *Server) printSettings(w io.Writer) {
 	}
 	base := scheme + "://" + s.listenURLHost()
 	fmt.Fprintf(w, "\nagent-sandbox is ready on %s\n\nPoint the E2B SDK at it (header routing over one URL):\n\n", base)
-	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n", base, base, s.cfg.Domain, key)
+	// The volume content API has a URL of its own in the SDKs.
+	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_VOLUME_API_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+		base, base, base, s.cfg.Domain, key)
 	if s.cfg.TLS {
 		fmt.Fprintf(w, "or with host routing (api.%[1]s and *.%[1]s must resolve to this machine):\n\n", s.cfg.Domain)
 		fmt.Fprintf(w, "  export E2B_DOMAIN=%s\n  export NODE_EXTRA_CA_CERTS=%s\n  export E2B_API_KEY=%s\n\n",
@@ -313,19 +324,20 @@ func (s *Server) listenURLHost() string {
 // the API the rest.
 func (s *Server) routes() (http.Handler, error) {
 	apiHandler, err := api.New(api.Config{
-		Sandboxes:   s.manager,
-		Keys:        s.store,
-		EnvdVersion: envd.Version,
-		Domain:      s.cfg.Domain,
-		Templates:   s.builds,
+		Sandboxes:      s.manager,
+		Keys:           s.store,
+		EnvdVersion:    envd.Version,
+		Domain:         s.cfg.Domain,
+		Templates:      s.builds,
 		Ready:          s.ready.Load,
 		DefaultTimeout: s.cfg.DefaultTimeout,
+		Volumes:        s.volumes,
 		Log:            s.log.With("component", "api"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the API: %w", err)
 	}
-	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
+	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Waker: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}
@@ -338,4 +350,22 @@ func maxTimeout(d time.Duration) time.Duration {
 		return sandbox.NoTimeoutLimit
 	}
 	return d
+}
+
+// newVolumes sets up the volumes: ext4 images under DATA/volumes, mounted
+// under /run/agent-sandbox/volumes, and what a crash left of them removed.
+func newVolumes(ctx context.Context, cfg Config, st *store.Store) (*volume.Service, error) {
+	svc, err := volume.New(volume.Config{
+		Records: st,
+		Storage: &volume.ImageStorage{Dir: filepath.Join(cfg.DataDir, "volumes"), MountDir: filepath.Join(filepath.Dir(hostlock.Path), "volumes")},
+		Size:    int64(cfg.VolumeSize),
+		KeyFile: filepath.Join(cfg.DataDir, "volume-token.key"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Sweep(ctx); err != nil {
+		return nil, fmt.Errorf("cleaning up volumes: %w", err)
+	}
+	return svc, nil
 }

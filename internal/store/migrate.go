@@ -101,6 +101,51 @@ ALTER TABLE template_builds ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;
 	`
 ALTER TABLE api_keys ADD COLUMN max_timeout INTEGER NOT NULL DEFAULT 0 CHECK (max_timeout >= 0);
 `,
+	// 6: the lifecycle issue: snapshots (persistent, and the internal ones
+	// of forks and of sandboxes paused to disk), and per sandbox its
+	// create-time timeout, auto-pause and auto-resume policy, how it is
+	// paused, the snapshot it runs from and how it last resumed.
+	`
+CREATE TABLE snapshots (
+	id                TEXT PRIMARY KEY NOT NULL,
+	name              TEXT NOT NULL DEFAULT '',
+	tag               TEXT NOT NULL DEFAULT '',
+	listed            INTEGER NOT NULL CHECK (listed IN (0, 1)),
+	kind              TEXT NOT NULL CHECK (kind IN ('files', 'memory')),
+	sandbox_id        TEXT NOT NULL,
+	template_id       TEXT NOT NULL,
+	alias             TEXT NOT NULL DEFAULT '',
+	backend           TEXT NOT NULL,
+	cpu_count         INTEGER NOT NULL,
+	memory_mb         INTEGER NOT NULL,
+	disk_size_mb      INTEGER NOT NULL,
+	envd_access_token TEXT NOT NULL DEFAULT '',
+	size_bytes        INTEGER NOT NULL DEFAULT 0,
+	created_at        INTEGER NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX snapshots_name_tag ON snapshots (name, tag) WHERE name != '';
+CREATE INDEX snapshots_listed_created ON snapshots (listed, created_at, id);
+
+ALTER TABLE sandboxes ADD COLUMN timeout_sec INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sandboxes ADD COLUMN auto_pause_files INTEGER NOT NULL DEFAULT 0 CHECK (auto_pause_files IN (0, 1));
+ALTER TABLE sandboxes ADD COLUMN auto_resume INTEGER NOT NULL DEFAULT 0 CHECK (auto_resume IN (0, 1));
+ALTER TABLE sandboxes ADD COLUMN paused_as TEXT NOT NULL DEFAULT '' CHECK (paused_as IN ('', 'ram', 'disk', 'files'));
+ALTER TABLE sandboxes ADD COLUMN snapshot_id TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN resumed_by TEXT NOT NULL DEFAULT '';
+ALTER TABLE sandboxes ADD COLUMN reboots INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX sandboxes_snapshot ON sandboxes (snapshot_id) WHERE snapshot_id != '';
+UPDATE sandboxes SET paused_as = 'ram' WHERE state = 'paused';
+`,
+	// 7: volumes (E2B's), and the volumes each sandbox mounts.
+	`
+CREATE TABLE volumes (
+	id         TEXT PRIMARY KEY NOT NULL,
+	name       TEXT NOT NULL UNIQUE,
+	size_bytes INTEGER NOT NULL,
+	created_at INTEGER NOT NULL
+) STRICT;
+ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(volume_mounts));
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,

@@ -31,6 +31,30 @@ func (s State) Valid() bool {
 	return false
 }
 
+// PauseKind is how a paused sandbox is kept.
+type PauseKind string
+
+// The pause kinds; the zero PauseKind is a sandbox that is not paused.
+const (
+	// PausedInRAM: frozen in place, processes and memory in the host's RAM.
+	PausedInRAM PauseKind = "ram"
+	// PausedOnDisk: saved with its processes and memory (a memory
+	// snapshot) and stopped; it resumes where it was.
+	PausedOnDisk PauseKind = "disk"
+	// PausedFiles: its file system saved (a files snapshot) and stopped;
+	// it resumes by booting again over those files.
+	PausedFiles PauseKind = "files"
+)
+
+// Valid reports whether k is a pause kind or empty.
+func (k PauseKind) Valid() bool {
+	switch k {
+	case "", PausedInRAM, PausedOnDisk, PausedFiles:
+		return true
+	}
+	return false
+}
+
 // Common values of [Sandbox.Reason]. An error reason is free text.
 const (
 	ReasonTimeout  = "timeout"  // endAt passed
@@ -67,6 +91,30 @@ type Sandbox struct {
 	// Network is the create-time network config, opaque to the store.
 	Network json.RawMessage
 
+	// Timeout is the create-time timeout, whole seconds: what a resume
+	// by traffic gives the sandbox again.
+	Timeout time.Duration
+	// AutoPauseFiles: the timeout's pause (AutoPause) keeps the file
+	// system only (E2B's autoPauseMemory false).
+	AutoPauseFiles bool
+	// AutoResume: a request through the router resumes the sandbox when
+	// it is paused.
+	AutoResume bool
+	// PausedAs is how a paused sandbox is kept; empty while it is not.
+	PausedAs PauseKind
+	// SnapshotID is the snapshot the sandbox's files (and, paused to disk,
+	// its memory) come from: what it was created or forked from, or what
+	// its pause saved. Empty: its template alone.
+	SnapshotID string
+	// ResumedBy says what resumed the sandbox last: "connect" or
+	// "traffic"; empty if it never was.
+	ResumedBy string
+	// Reboots counts the times the sandbox booted again over its kept
+	// file system (a resume of a files-only pause, or a reboot).
+	Reboots int
+	// VolumeMounts are the volumes mounted into the sandbox, by name.
+	VolumeMounts []VolumeMount
+
 	// Backend names the isolation backend that runs the sandbox.
 	Backend string
 	// BackendState is what Backend needs to adopt or clean up the sandbox
@@ -82,7 +130,8 @@ type Sandbox struct {
 const sandboxColumns = `id, template_id, alias, state, reason, started_at, end_at,
 	cpu_count, memory_mb, disk_size_mb, metadata, env_vars,
 	envd_access_token, secure, traffic_access_token, allow_internet_access, auto_pause,
-	network, backend, backend_state, updated_at`
+	network, backend, backend_state, updated_at,
+	timeout_sec, auto_pause_files, auto_resume, paused_as, snapshot_id, resumed_by, reboots, volume_mounts`
 
 // sandboxValues returns the column values for sb in sandboxColumns order.
 func sandboxValues(sb *Sandbox) ([]any, error) {
@@ -130,11 +179,20 @@ func sandboxValues(sb *Sandbox) ([]any, error) {
 	if sb.AllowInternetAccess != nil {
 		allowInternet = sql.NullBool{Bool: *sb.AllowInternetAccess, Valid: true}
 	}
+	if !sb.PausedAs.Valid() {
+		return nil, fmt.Errorf("pause kind %q: %w", sb.PausedAs, ErrInvalid)
+	}
+	mounts, err := json.Marshal(append([]VolumeMount{}, sb.VolumeMounts...))
+	if err != nil {
+		return nil, fmt.Errorf("encoding volume mounts: %w", err)
+	}
 	return []any{
 		sb.ID, sb.TemplateID, sb.Alias, string(sb.State), sb.Reason, startedAt, endAt,
 		sb.CPUCount, sb.MemoryMB, sb.DiskSizeMB, metadata, envVars,
 		sb.EnvdAccessToken, sb.Secure, sb.TrafficAccessToken, allowInternet, sb.AutoPause,
 		network, sb.Backend, backendState, updatedAt,
+		int64(sb.Timeout / time.Second), sb.AutoPauseFiles, sb.AutoResume, string(sb.PausedAs), sb.SnapshotID, sb.ResumedBy, sb.Reboots,
+		string(mounts),
 	}, nil
 }
 
@@ -150,15 +208,26 @@ func scanSandbox(row scanner) (Sandbox, error) {
 		metadata, envVars     string
 		allowInternet         sql.NullBool
 		network, backendState sql.NullString
+		timeout               int64
+		pausedAs, mounts      string
 	)
 	err := row.Scan(&sb.ID, &sb.TemplateID, &sb.Alias, &state, &sb.Reason, &startedAt, &endAt,
 		&sb.CPUCount, &sb.MemoryMB, &sb.DiskSizeMB, &metadata, &envVars,
 		&sb.EnvdAccessToken, &sb.Secure, &sb.TrafficAccessToken, &allowInternet, &sb.AutoPause,
-		&network, &sb.Backend, &backendState, &updatedAt)
+		&network, &sb.Backend, &backendState, &updatedAt,
+		&timeout, &sb.AutoPauseFiles, &sb.AutoResume, &pausedAs, &sb.SnapshotID, &sb.ResumedBy, &sb.Reboots, &mounts)
 	if err != nil {
 		return Sandbox{}, err
 	}
 	sb.State = State(state)
+	sb.Timeout = time.Duration(timeout) * time.Second
+	sb.PausedAs = PauseKind(pausedAs)
+	if err := json.Unmarshal([]byte(mounts), &sb.VolumeMounts); err != nil {
+		return Sandbox{}, fmt.Errorf("decoding volume mounts of %s: %w", sb.ID, err)
+	}
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
+	}
 	sb.StartedAt = fromNanos(startedAt)
 	sb.EndAt = fromNanos(endAt)
 	sb.UpdatedAt = fromNanos(updatedAt)
@@ -265,6 +334,9 @@ func normalize(sb Sandbox) Sandbox {
 	if len(sb.BackendState) == 0 {
 		sb.BackendState = nil
 	}
+	if len(sb.VolumeMounts) == 0 {
+		sb.VolumeMounts = nil
+	}
 	if sb.AllowInternetAccess != nil {
 		v := *sb.AllowInternetAccess
 		sb.AllowInternetAccess = &v
@@ -306,34 +378,9 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 	var out Sandbox
 	var fnErr error
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		sb, err := getSandbox(ctx, tx, id)
-		if err != nil {
-			return err
-		}
-		if err := fn(&sb); err != nil {
-			fnErr = err
-			return err
-		}
-		if sb.ID != id {
-			return fmt.Errorf("changing id to %q: %w", sb.ID, ErrInvalid)
-		}
-		sb.UpdatedAt = s.now()
-		vals, err := sandboxValues(&sb)
-		if err != nil {
-			return err
-		}
-		// vals[0] is the id: SET the rest, match on the id.
-		cols := strings.Split(sandboxColumns, ",")
-		sets := make([]string, 0, len(cols)-1)
-		for _, c := range cols[1:] {
-			sets = append(sets, strings.TrimSpace(c)+" = ?")
-		}
-		args := append(vals[1:], id)
-		if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET `+strings.Join(sets, ", ")+` WHERE id = ?`, args...); err != nil {
-			return err
-		}
-		out = normalize(sb)
-		return nil
+		var err error
+		out, fnErr, err = s.updateSandboxTx(ctx, tx, id, fn)
+		return err
 	})
 	if fnErr != nil {
 		return Sandbox{}, fnErr
@@ -342,6 +389,37 @@ func (s *Store) UpdateSandbox(ctx context.Context, id string, fn func(*Sandbox) 
 		return Sandbox{}, fmt.Errorf("updating sandbox %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// updateSandboxTx is UpdateSandbox within tx: fnErr is fn's error, err
+// any other (both abort the transaction).
+func (s *Store) updateSandboxTx(ctx context.Context, tx *sql.Tx, id string, fn func(*Sandbox) error) (out Sandbox, fnErr, err error) {
+	sb, err := getSandbox(ctx, tx, id)
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
+	if err := fn(&sb); err != nil {
+		return Sandbox{}, err, err
+	}
+	if sb.ID != id {
+		return Sandbox{}, nil, fmt.Errorf("changing id to %q: %w", sb.ID, ErrInvalid)
+	}
+	sb.UpdatedAt = s.now()
+	vals, err := sandboxValues(&sb)
+	if err != nil {
+		return Sandbox{}, nil, err
+	}
+	// vals[0] is the id: SET the rest, match on the id.
+	cols := strings.Split(sandboxColumns, ",")
+	sets := make([]string, 0, len(cols)-1)
+	for _, c := range cols[1:] {
+		sets = append(sets, strings.TrimSpace(c)+" = ?")
+	}
+	args := append(vals[1:], id)
+	if _, err := tx.ExecContext(ctx, `UPDATE sandboxes SET `+strings.Join(sets, ", ")+` WHERE id = ?`, args...); err != nil {
+		return Sandbox{}, nil, err
+	}
+	return normalize(sb), nil, nil
 }
 
 // SetState records a state change and its reason (empty while alive).

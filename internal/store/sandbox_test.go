@@ -44,6 +44,14 @@ func TestSandboxRoundTrip(t *testing.T) {
 		Network:             json.RawMessage(`{"allowOut":["example.com"],"allowPublicTraffic":false}`),
 		Backend:             "jail",
 		BackendState:        json.RawMessage(`{"pid":1234,"cgroup":"/sys/fs/cgroup/as/ifull"}`),
+		Timeout:             5 * time.Minute,
+		AutoPauseFiles:      true,
+		AutoResume:          true,
+		PausedAs:            PausedFiles,
+		SnapshotID:          "sabc",
+		ResumedBy:           "traffic",
+		Reboots:             3,
+		VolumeMounts:        []VolumeMount{{Name: "data", Path: "/mnt/data"}},
 	}
 	tests := []struct {
 		name string
@@ -103,6 +111,9 @@ func TestSandboxRoundTrip(t *testing.T) {
 				sb.Network = json.RawMessage(`{}`)
 				sb.Backend = "gvisor"
 				sb.BackendState = nil
+				sb.Timeout, sb.AutoPauseFiles, sb.AutoResume = time.Hour, !sb.AutoPauseFiles, !sb.AutoResume
+				sb.PausedAs, sb.SnapshotID, sb.ResumedBy, sb.Reboots = PausedOnDisk, "snew", "connect", 7
+				sb.VolumeMounts = []VolumeMount{{Name: "v2", Path: "/v2"}}
 				return nil
 			})
 			if err != nil {
@@ -121,6 +132,9 @@ func TestSandboxRoundTrip(t *testing.T) {
 				CPUCount: 4, MemoryMB: 2048, DiskSizeMB: 4096, Metadata: map[string]string{"k": "v"},
 				EnvdAccessToken: "e2", Secure: !tc.in.Secure, TrafficAccessToken: "t2", AutoPause: !tc.in.AutoPause,
 				Network: json.RawMessage(`{}`), Backend: "gvisor", UpdatedAt: now,
+				Timeout: time.Hour, AutoPauseFiles: !tc.in.AutoPauseFiles, AutoResume: !tc.in.AutoResume,
+				PausedAs: PausedOnDisk, SnapshotID: "snew", ResumedBy: "connect", Reboots: 7,
+				VolumeMounts: []VolumeMount{{Name: "v2", Path: "/v2"}},
 			}
 			if diff := cmpSandbox(wantUpd, got); diff != "" {
 				t.Errorf("after update (-want +got):\n%s", diff)

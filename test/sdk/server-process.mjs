@@ -92,8 +92,9 @@ function tlsHealth(port, host, caPath) {
  * Starts `agent-sandbox serve` and waits (up to 20 min: the first start builds
  * the base, code-interpreter-v1, desktop and browser templates) for GET /health → 204, printing progress every ~20 s.
  *
- * mode 'header': plain HTTP, SDK env E2B_API_URL=E2B_SANDBOX_URL=http://127.0.0.1:<port>,
- *   E2B_DOMAIN=localhost:<port>.
+ * mode 'header': plain HTTP, SDK env E2B_API_URL=E2B_SANDBOX_URL=E2B_VOLUME_API_URL=
+ *   http://127.0.0.1:<port> (the volume content API takes its own URL: without
+ *   it the SDK would go to https://api.<E2B_DOMAIN>), E2B_DOMAIN=localhost:<port>.
  * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
  *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
  *
@@ -173,7 +174,7 @@ export async function startServer({
 
   const env = tls
     ? { E2B_DOMAIN: domain, E2B_API_KEY: apiKey, NODE_EXTRA_CA_CERTS: caPath }
-    : { E2B_API_URL: url, E2B_SANDBOX_URL: url, E2B_DOMAIN: domain, E2B_API_KEY: apiKey }
+    : { E2B_API_URL: url, E2B_SANDBOX_URL: url, E2B_VOLUME_API_URL: url, E2B_DOMAIN: domain, E2B_API_KEY: apiKey }
 
   const server = { mode, backend, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output }
   server.api = (method, path, body) => apiRequest(server, method, path, body)

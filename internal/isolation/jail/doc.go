@@ -47,12 +47,25 @@
 //
 // A template build step is a sandbox like any other, started with
 // Spec.Layers stacked over the template (each idmapped like the template
-// in a user namespace) and Spec.Export set. Its overlay is then mounted
-// with index, redirect_dir and metacopy off, so that its upper holds only
-// plain changes, and Stop, once every process is gone, exports that upper
+// in a user namespace) and Spec.Export set. Its overlay, like every
+// sandbox's, is mounted with index, redirect_dir and metacopy off, so that
+// its upper holds only plain changes, and Stop, once every process is gone, exports that upper
 // from the disk image into the Export directory (export_linux.go): in a
 // helper process with a mount namespace of its own, with the sandbox's ids
 // shifted back to the template's and nothing in the tree followed.
+//
+// # Snapshots
+//
+// Instance.Snapshot saves a running (or paused) sandbox's file system, at
+// one instant (its cgroup frozen), as layers of the same plain format:
+// the layers it runs over, hard-linked, and a copy of its upper read
+// through the sandbox's own loop device (snapshot_linux.go). A sandbox
+// started from one (Spec.Snapshot) stacks those layers over the template
+// and boots afresh: processes and memory are not kept (Capabilities
+// Snapshot is FilesSnapshot). Every overlay is mounted without redirects
+// or metacopy, so that any sandbox's upper can be exported, and every
+// start of a sandbox gets a boot id of its own (/proc/sys/kernel/random/
+// boot_id, bound over the host's).
 //
 // envd is still reached through the namespace's loopback (Dial), never
 // through the veth. The networking is the host's (network.Host), shared by

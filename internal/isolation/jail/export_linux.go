@@ -53,6 +53,14 @@ type exportConfig struct {
 	// Exclude are paths (relative to the root) that the backend put in the
 	// sandbox itself: envd's and the tools' mount points, resolv.conf.
 	Exclude []string `json:"exclude"`
+	// Device, when set, is the loop device ("loopN") that the running
+	// sandbox has the image mounted from: the exporter mounts that device,
+	// so that it reads the sandbox's own file system, page cache and all,
+	// instead of attaching the image anew (snapshot_linux.go).
+	Device string `json:"device,omitempty"`
+	// Snapshot leaves out sockets and device nodes, which no template may
+	// hold and nothing can use after a restart, instead of failing.
+	Snapshot bool `json:"snapshot,omitempty"`
 }
 
 // exportExcludes lists what init places in a sandbox of cfg.
@@ -135,7 +143,14 @@ func exportMain(ec *exportConfig) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("export: making mounts private: %w", err)
 	}
-	if _, err := mountDisk(ec.Disk, ec.MountDir, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+	mount := func() error {
+		_, err := mountDisk(ec.Disk, ec.MountDir, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC)
+		return err
+	}
+	if ec.Device != "" {
+		mount = func() error { return mountLive(ec.Device, ec.Disk, ec.MountDir) }
+	}
+	if err := mount(); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	dst, err := os.OpenRoot(ec.Dest)
@@ -224,12 +239,20 @@ func (x *exporter) entry(rel string) error {
 			return fmt.Errorf("%s: %w", rel, err)
 		}
 	case unix.S_IFCHR:
+		if st.Rdev != 0 && x.cfg.Snapshot {
+			return nil
+		}
 		if st.Rdev != 0 {
 			return fmt.Errorf("%s: a device node, which a template may not hold", rel)
 		}
 		if err := unix.Mknod(x.path(rel), unix.S_IFCHR|0o600, 0); err != nil { // a whiteout
 			return fmt.Errorf("%s: %w", rel, err)
 		}
+	case unix.S_IFSOCK, unix.S_IFBLK:
+		if x.cfg.Snapshot {
+			return nil
+		}
+		return fmt.Errorf("%s: a %s, which a template may not hold", rel, fs.FileMode(st.Mode).Type())
 	default:
 		return fmt.Errorf("%s: a %s, which a template may not hold", rel, fs.FileMode(st.Mode).Type())
 	}
@@ -306,10 +329,15 @@ func (x *exporter) shift(rel string, id uint32, whiteout bool) (uint32, error) {
 	return 0, fmt.Errorf("%s: owned by host id %d, outside the sandbox's range %d-%d", rel, id, b, b+idmap.Size-1)
 }
 
-// Extended attributes the export keeps.
+// Extended attributes the export keeps, and those of an overlay upper it
+// cannot represent: a renamed directory (redirect) or a file whose data
+// is still below (metacopy), which an overlay mounted with the options
+// buildRoot gives never makes.
 const (
-	opaqueXattr = "trusted.overlay.opaque"
-	capXattr    = "security.capability"
+	opaqueXattr   = "trusted.overlay.opaque"
+	capXattr      = "security.capability"
+	redirectXattr = "trusted.overlay.redirect"
+	metacopyXattr = "trusted.overlay.metacopy"
 )
 
 // xattrs copies the xattrs the export keeps from the source entry rel.
@@ -320,6 +348,9 @@ func (x *exporter) xattrs(rel string, isDir bool) error {
 		return err
 	}
 	for _, name := range names {
+		if name == redirectXattr || name == metacopyXattr {
+			return fmt.Errorf("has %s: the sandbox's overlay was mounted with redirects or metacopy on, which an export cannot carry", name)
+		}
 		keep := strings.HasPrefix(name, "user.") || name == capXattr || isDir && name == opaqueXattr
 		if !keep {
 			continue

@@ -172,10 +172,19 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 			lowers, base = append(slices.Clone(cfg.LayerDirs), cfg.LowerDir), int(cfg.Userns.Base)
 		}
 	}
+	var userns *os.File
+	if stage != nil {
+		userns = stage.userns
+	}
+	volumes, err := cloneVolumes(cfg.Volumes, userns)
+	if err != nil {
+		return res, err
+	}
+	defer closeFds(volumes)
 	if res.diskDev, err = mountDisk(cfg.Disk, cfg.DiskDir, unix.MS_NODEV); err != nil {
 		return res, err
 	}
-	if err := buildRoot(cfg, lowers, base); err != nil {
+	if err := buildRoot(cfg, lowers, base, volumes); err != nil {
 		return res, err
 	}
 	if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {

@@ -108,11 +108,6 @@ func (inst *Instance) Resume(ctx context.Context) error {
 	return nil
 }
 
-// Snapshot implements isolation.Instance: not yet for jails.
-func (inst *Instance) Snapshot(context.Context, string, isolation.SnapshotKind) error {
-	return fmt.Errorf("snapshotting sandbox %s: %w", inst.id, errors.ErrUnsupported)
-}
-
 // Stats implements isolation.Instance. CPUUsedPct is the share of the
 // sandbox's CPUs used since the previous sample (0–100).
 func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {

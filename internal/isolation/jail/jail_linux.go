@@ -82,10 +82,12 @@ func New(cfg Config) (*Backend, error) {
 // Name implements isolation.Backend.
 func (b *Backend) Name() string { return "jail" }
 
-// Capabilities implements isolation.Backend: a jail pauses (cgroup freezer)
-// and exports a build step's changes; it runs from the template directory.
+// Capabilities implements isolation.Backend: a jail pauses (cgroup
+// freezer), exports a build step's changes and snapshots its file system
+// (snapshot_linux.go); it runs from the template directory. Its memory is
+// the host's, which it cannot save.
 func (b *Backend) Capabilities() isolation.Capabilities {
-	return isolation.Capabilities{Pause: true, Export: true}
+	return isolation.Capabilities{Pause: true, Export: true, Snapshot: isolation.FilesSnapshot, Volumes: true}
 }
 
 func (b *Backend) dir(id string) string        { return filepath.Join(b.cfg.StateDir, id) }
@@ -101,6 +103,9 @@ const (
 	// layersDir holds the mount points of the idmapped Spec.Layers.
 	layersDir = "layers"
 	upperDir  = "upper" // the overlay's upper directory, on the disk image
+	// bootIDDir is the mount point of the tmpfs holding what the sandbox
+	// sees at bootIDPath, in the sandbox's mount namespace only.
+	bootIDDir = "boot"
 )
 
 // Start implements isolation.Backend.
@@ -119,7 +124,15 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if res.Pids <= 0 {
 		res.Pids = defaultPids(res.MemoryMB)
 	}
-	paths := append([]string{spec.RootFS, spec.EnvdPath}, spec.Layers...)
+	layers := spec.Layers
+	if spec.Snapshot != nil {
+		snap, err := snapshotLayers(spec.Snapshot.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+		}
+		layers = append(snap, layers...)
+	}
+	paths := append([]string{spec.RootFS, spec.EnvdPath}, layers...)
 	if spec.Export != "" {
 		paths = append(paths, spec.Export)
 	}
@@ -127,6 +140,14 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	for _, guest := range slices.Sorted(maps.Keys(spec.Tools)) {
 		tools = append(tools, toolMount{Host: spec.Tools[guest], Guest: guest})
 		paths = append(paths, guest, spec.Tools[guest])
+	}
+	var volumes []toolMount
+	for _, v := range spec.Volumes {
+		if v.Target != filepath.Clean(v.Target) || v.Target == "/" {
+			return nil, fmt.Errorf("starting sandbox %s: volume mount point %q is not a clean path below /", spec.ID, v.Target)
+		}
+		volumes = append(volumes, toolMount{Host: v.Source, Guest: v.Target})
+		paths = append(paths, v.Source, v.Target)
 	}
 	for _, p := range paths {
 		if !filepath.IsAbs(p) {
@@ -240,6 +261,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		RootDir:    filepath.Join(dir, rootDir),
 		EnvdPath:   envdPath,
 		Tools:      tools,
+		Volumes:    volumes,
 		EnvdArgs:   []string{"--addr", "127.0.0.1:" + strconv.Itoa(isolation.EnvdPort)}, // reached by Dial, from inside
 		EnvdToken:  spec.EnvdAccessToken,
 		Hostname:   hostname,
@@ -247,9 +269,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		NoNewPrivs: b.cfg.NoNewPrivs,
 		CgroupV2:   cg.Mode() == cgroup.V2,
 		Cgroups:    cg.Controllers(),
-		PlainUpper: spec.Export != "",
+		BootID:     newBootID(),
 	}
-	for _, l := range spec.Layers {
+	for _, l := range layers {
 		icfg.Layers = append(icfg.Layers, filepath.Clean(l))
 	}
 	if link.Gateway.IsValid() {
@@ -334,6 +356,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	inst.state = state{
 		InitPid: cmd.Process.Pid, InitStart: start, Cgroup: cg.Name(), Netns: ns.Name(),
 		Dir: dir, CPUCount: res.CPUCount, CPUSet: cpuSet, Gateway: link.Gateway, Address: link.Address,
+		Layers: icfg.Layers, Exclude: exportExcludes(icfg),
 	}
 	switch {
 	case st.Userns:

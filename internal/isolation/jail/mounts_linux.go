@@ -29,8 +29,9 @@ var (
 // as the overlay's lower layers, and pivots into it. Runs in init, in the
 // sandbox's fresh mount namespace, after its mounts were made private.
 // base is the host id of the sandbox's root (0 without a user namespace):
-// what init creates in the sandbox belongs to it.
-func buildRoot(cfg *initConfig, lowers []string, base int) error {
+// what init creates in the sandbox belongs to it. volumes are detached
+// mounts (cloneVolumes) of cfg.Volumes, attached last.
+func buildRoot(cfg *initConfig, lowers []string, base int, volumes []int) error {
 	for _, p := range append([]string{cfg.DiskDir, cfg.RootDir}, lowers...) {
 		if strings.ContainsAny(p, ",:\\") {
 			return fmt.Errorf("path %q cannot be an overlay option", p)
@@ -72,13 +73,11 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 		}
 		rel[i] = r
 	}
-	// nodev: CAP_MKNOD is kept, so device nodes must not work here.
-	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s", strings.Join(rel[:len(lowers)], ":"), rel[len(lowers)], rel[len(lowers)+1])
-	if cfg.PlainUpper {
-		// The upper is exported as a build layer, read later as a plain
-		// directory of changes: no redirects, no metacopy.
-		opts += ",index=off,redirect_dir=off,metacopy=off"
-	}
+	// nodev: CAP_MKNOD is kept, so device nodes must not work here. The
+	// upper may be exported (a build step's layer, a snapshot), read later
+	// as a plain directory of changes: no redirects, no metacopy.
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,redirect_dir=off,metacopy=off",
+		strings.Join(rel[:len(lowers)], ":"), rel[len(lowers)], rel[len(lowers)+1])
 	if len(opts) >= 4000 { // the kernel takes one page of options
 		return fmt.Errorf("too many layers (%d) for one overlay mount", len(lowers))
 	}
@@ -90,15 +89,15 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 	// pivot.
 	binaries := append([]toolMount{{Host: cfg.EnvdPath, Guest: guest.EnvdPath}}, cfg.Tools...)
 	trees := make([]int, 0, len(binaries))
-	defer func() {
-		for _, fd := range trees {
-			unix.Close(fd)
-		}
-	}()
-	for _, b := range binaries {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, b.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	defer func() { closeFds(trees) }()
+	bootID, err := writeBootID(cfg)
+	if err != nil {
+		return err
+	}
+	for _, host := range append([]string{bootID}, hostPaths(binaries)...) {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 		if err != nil {
-			return fmt.Errorf("cloning a mount of %s: %w", b.Host, err)
+			return fmt.Errorf("cloning a mount of %s: %w", host, err)
 		}
 		trees = append(trees, fd)
 	}
@@ -123,6 +122,9 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 	if err := guest.MountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", base); err != nil {
 		return err
 	}
+	if err := guest.AttachBinary(trees[0], bootIDPath, base); err != nil {
+		return err
+	}
 	if base != 0 {
 		if err := setUserNetSysctls(); err != nil {
 			return err
@@ -141,11 +143,87 @@ func buildRoot(cfg *initConfig, lowers []string, base int) error {
 		return err
 	}
 	for i, b := range binaries {
-		if err := guest.AttachBinary(trees[i], b.Guest, base); err != nil {
+		if err := guest.AttachBinary(trees[i+1], b.Guest, base); err != nil {
 			return err
 		}
 	}
+	for i, v := range cfg.Volumes {
+		if err := guest.MkdirOwned(v.Guest, base, base); err != nil {
+			return fmt.Errorf("making volume mount point %s: %w", v.Guest, err)
+		}
+		if err := unix.MoveMount(volumes[i], "", unix.AT_FDCWD, v.Guest, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return fmt.Errorf("mounting volume at %s: %w", v.Guest, err)
+		}
+	}
 	return nil
+}
+
+// cloneVolumes returns a detached mount of each volume's host directory,
+// without setuid or devices, idmapped through userns when set (the ids a
+// sandbox writes are the ids its processes see), for buildRoot to attach
+// once the host is out of sight.
+func cloneVolumes(vs []toolMount, userns *os.File) (fds []int, err error) {
+	defer func() {
+		if err != nil {
+			closeFds(fds)
+		}
+	}()
+	for _, v := range vs {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, v.Host, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return fds, fmt.Errorf("cloning a mount of volume %s: %w", v.Host, err)
+		}
+		fds = append(fds, fd)
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+		if userns != nil {
+			attr.Attr_set |= unix.MOUNT_ATTR_IDMAP
+			attr.Userns_fd = uint64(userns.Fd())
+		}
+		if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+			return fds, fmt.Errorf("setting up volume %s (idmapped: %v): %w", v.Host, userns != nil, err)
+		}
+	}
+	return fds, nil
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// bootIDPath is where Linux tells a boot from the next; the host's would
+// be the same in every sandbox and across a sandbox's restarts.
+const bootIDPath = "/proc/sys/kernel/random/boot_id"
+
+// writeBootID writes the sandbox's boot id into a file, which init binds
+// over bootIDPath: on a tmpfs of its own, mounted in init's namespace
+// only and then read-only, so that the sandbox's mountinfo and statfs of
+// it name no host path or disk.
+func writeBootID(cfg *initConfig) (string, error) {
+	dir := filepath.Join(filepath.Dir(cfg.DiskDir), bootIDDir)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", err
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", roFlags&^unix.MS_RDONLY, "size=4k,mode=0755"); err != nil {
+		return "", fmt.Errorf("mounting the boot id's tmpfs: %w", err)
+	}
+	p := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(p, []byte(cfg.BootID+"\n"), 0o444); err != nil {
+		return "", fmt.Errorf("writing the boot id: %w", err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|roFlags, ""); err != nil {
+		return "", fmt.Errorf("making the boot id read-only: %w", err)
+	}
+	return p, nil
+}
+
+func hostPaths(ms []toolMount) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = m.Host
+	}
+	return out
 }
 
 // commonDir is the deepest directory that holds every one of paths

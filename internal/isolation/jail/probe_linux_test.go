@@ -107,6 +107,35 @@ func probeMain(args []string) int {
 		unix.Close(fd)
 		fmt.Println("ok")
 		return 0
+	case "socket":
+		// A unix socket bound at args[1], left behind.
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+		if err == nil {
+			err = unix.Bind(fd, &unix.SockaddrUnix{Name: args[1]})
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
+	case "pattern":
+		// Rewrites args[1] with 1 MiB of one byte, the next byte each time,
+		// in one write(2) each: a copy of it that mixes bytes was torn.
+		f, err := os.OpenFile(args[1], os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		buf := make([]byte, 1<<20)
+		for i := 0; ; i++ {
+			for j := range buf {
+				buf[j] = byte(i)
+			}
+			if _, err := f.WriteAt(buf, 0); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+		}
 	case "fill":
 		f, err := os.Create(filepath.Clean(args[1]))
 		if err != nil {

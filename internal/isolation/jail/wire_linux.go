@@ -21,6 +21,13 @@ type state struct {
 	// UsernsBase is the host id of the sandbox's root, the start of its
 	// reserved uid/gid range; zero without a user namespace.
 	UsernsBase uint32 `json:"userns_base,omitempty"`
+	// Layers are the read-only layers over the template (top first):
+	// Spec.Layers and those of the snapshot it started from. A snapshot
+	// of the sandbox keeps them under its own upper.
+	Layers []string `json:"layers,omitempty"`
+	// Exclude is what init placed in the sandbox itself (exportExcludes),
+	// which a snapshot leaves out.
+	Exclude []string `json:"exclude,omitempty"`
 }
 
 // initConfig is what the host sends the sandbox's init on fd 3.
@@ -35,7 +42,10 @@ type initConfig struct {
 	// EnvdToken is envd's access token, handed over on guest.EnvdTokenFd.
 	EnvdToken string `json:"envd_token,omitempty"`
 	// Tools are further host binaries mounted read-only like envd.
-	Tools         []toolMount `json:"tools,omitempty"`
+	Tools []toolMount `json:"tools,omitempty"`
+	// Volumes are host directories mounted read-write (Spec.Volumes),
+	// idmapped like the template in a user namespace.
+	Volumes       []toolMount `json:"volumes,omitempty"`
 	Hostname      string      `json:"hostname"`
 	Nameserver    string      `json:"nameserver,omitempty"` // for /etc/resolv.conf; empty: leave it
 	NoNewPrivs    bool        `json:"no_new_privs"`
@@ -46,11 +56,12 @@ type initConfig struct {
 	// group, so its limits show there.
 	CgroupV2 bool     `json:"cgroup_v2,omitempty"`
 	Cgroups  []string `json:"cgroups,omitempty"`
-	// Layers are read-only layers over RootFS, top first (Spec.Layers).
+	// Layers are read-only layers over RootFS, top first: those of
+	// Spec.Snapshot, then Spec.Layers.
 	Layers []string `json:"layers,omitempty"`
-	// PlainUpper mounts the overlay so that its upper is a plain
-	// directory of changes, for Spec.Export.
-	PlainUpper bool `json:"plain_upper,omitempty"`
+	// BootID is what the sandbox reads at /proc/sys/kernel/random/boot_id:
+	// each start of a sandbox is a boot of its own.
+	BootID string `json:"boot_id"`
 	// Userns, when set, runs envd in a user namespace, with the template
 	// idmapped at LowerDir and each of Layers at the LayerDirs entry of
 	// the same index (host paths, empty dirs) as the overlay's lowers.

@@ -1,0 +1,30 @@
+//go:build !linux
+
+package volume
+
+import (
+	"context"
+	"errors"
+)
+
+// ImageStorage keeps volumes in ext4 images; it needs Linux.
+type ImageStorage struct {
+	Dir      string
+	MountDir string
+}
+
+var _ Storage = (*ImageStorage)(nil)
+
+// Create implements Storage.
+func (s *ImageStorage) Create(context.Context, string, int64) error { return errors.ErrUnsupported }
+
+// Path implements Storage.
+func (s *ImageStorage) Path(context.Context, string) (string, error) {
+	return "", errors.ErrUnsupported
+}
+
+// Remove implements Storage.
+func (s *ImageStorage) Remove(context.Context, string) error { return errors.ErrUnsupported }
+
+// List implements Storage.
+func (s *ImageStorage) List(context.Context) ([]string, error) { return nil, errors.ErrUnsupported }
