@@ -33,9 +33,10 @@ var (
 	_ leftovers = (*vm.Backend)(nil)
 )
 
-// requireVM skips t, saying why, on a host that lacks what the vm
-// backend runs with; under CI=true it fails t.
-func requireVM(t testing.TB) {
+// RequireVM skips t, saying why, on a host that lacks what the vm
+// backend runs with, also for a test that runs `serve --backend vm`;
+// under CI=true it fails t.
+func RequireVM(t testing.TB) {
 	t.Helper()
 	_, err := kernel.Open(kernel.DefaultDir)
 	testenv.Require(t, err == nil, fmt.Sprintf("the vm backend's guest kernel: %v (run scripts/install-deps.sh --vm)", err))

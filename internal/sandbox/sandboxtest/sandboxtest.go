@@ -113,7 +113,7 @@ func Start(t testing.TB, cfg Config) *Stack {
 	t.Helper()
 	testenv.RequireRoot(t)
 	if cfg.Backend == VM {
-		requireVM(t)
+		RequireVM(t)
 	}
 	testenv.LockFirewall(t)
 	ctx := context.Background()
