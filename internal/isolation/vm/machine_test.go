@@ -52,7 +52,7 @@ func TestGuestReason(t *testing.T) {
 
 func TestGuestCmdline(t *testing.T) {
 	got := guestCmdline(2_600_000)
-	for _, want := range []string{"tsc=reliable", "tsc_early_khz=2600000", "lpj=10400000", "panic=-1", "rdinit=/init"} {
+	for _, want := range []string{"tsc=reliable", "tsc_early_khz=2600000", "lpj=10400000", "panic=-1", "reboot=t", "rdinit=/init"} {
 		if !strings.Contains(" "+got+" ", " "+want+" ") {
 			t.Errorf("guestCmdline(2.6 GHz) = %q, lacks %s", got, want)
 		}
