@@ -45,7 +45,7 @@
 // (network.ForwarderAddr), which vminit redirects to the guest's
 // loopback, so that servers listening only there answer, as in a jail.
 // When envd exits or setup fails, vminit says why on the console
-// ("vminit: …") and reboots, which ends QEMU (-no-reboot); a guest panic
+// ("vminit: halt: …") and reboots, which ends QEMU (-no-reboot); a guest panic
 // does the same (panic=-1). Exit quotes that line.
 //
 // # Boot from a memory snapshot

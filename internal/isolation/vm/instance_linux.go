@@ -15,6 +15,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/qmp"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/vminit"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"golang.org/x/sys/unix"
 )
@@ -252,18 +253,18 @@ func (inst *Instance) finish(reason string) {
 }
 
 var (
-	panicLine  = regexp.MustCompile(`Kernel panic - not syncing: ([^\r\n]*)`)
-	vminitLine = regexp.MustCompile(`(?m)^vminit: ([^\r\n]*)`)
+	panicLine = regexp.MustCompile(`Kernel panic - not syncing: ([^\r\n]*)`)
+	haltLine  = regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(vminit.Halt) + `([^\r\n]*)`)
 )
 
 // guestReason is why the guest ended, from its console: a kernel panic,
-// or the last word of vminit (which reboots when envd exits or setup
-// fails); "" when the console says neither.
+// or vminit's halt line (it reboots when envd exits or setup fails); ""
+// when the console says neither, as when QEMU was killed.
 func guestReason(console []byte) string {
 	if m := panicLine.FindSubmatch(console); m != nil {
 		return "guest kernel panic: " + string(m[1])
 	}
-	if ms := vminitLine.FindAllSubmatch(console, -1); ms != nil {
+	if ms := haltLine.FindAllSubmatch(console, -1); ms != nil {
 		return "guest init: " + string(ms[len(ms)-1][1])
 	}
 	return ""

@@ -40,8 +40,10 @@ func TestMachineArgs(t *testing.T) {
 func TestGuestReason(t *testing.T) {
 	for _, tc := range []struct{ console, want string }{
 		{"[ 1.0] sysrq: Trigger a crash\r\n[ 1.1] Kernel panic - not syncing: sysrq triggered crash\r\n", "guest kernel panic: sysrq triggered crash"},
-		{"vminit: mounting the root: no such device\r\n", "guest init: mounting the root: no such device"},
-		{"vminit: envd started\nvminit: envd exited: exit status 2\n", "guest init: envd exited: exit status 2"},
+		{"vminit: halt: mounting the root: no such device\r\n", "guest init: mounting the root: no such device"},
+		{"vminit: envd started (pid 89, 631ms after init)\nvminit: halt: envd exited: exit status 2\n", "guest init: envd exited: exit status 2"},
+		// Progress and answers are not why a VM ended: QEMU was killed.
+		{"vminit: envd started (pid 89, 631ms after init)\r\nvminit: identity 6aef345db5fb7437 done\r\n", ""},
 		{"just noise", ""},
 	} {
 		if got := guestReason([]byte(tc.console)); got != tc.want {

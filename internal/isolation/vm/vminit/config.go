@@ -59,6 +59,12 @@ const FreezeLimit = 30 * time.Second
 // Done is init's answer to a request it carried out: op, nonce.
 const Done = "vminit: %s %s done"
 
+// Halt begins init's last line, just before it reboots the VM: the rest
+// says why, and the host quotes it as the sandbox's exit reason. init's
+// other lines (progress, answers) are not why a VM ended, even when they
+// are the last it printed before QEMU died.
+const Halt = "vminit: halt: "
+
 // Validate reports what init could not carry out.
 func (r *Request) Validate() error {
 	if r.Nonce == "" || strings.ContainsAny(r.Nonce, " \n:") {

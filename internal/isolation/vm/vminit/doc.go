@@ -29,12 +29,13 @@
 //
 // init then reaps orphans until envd exits, prints
 //
-//	vminit: envd exited: <status>
+//	vminit: halt: envd exited: <status>
 //
 // and reboots, which ends the VM (QEMU runs with -no-reboot). A step that
-// fails prints "vminit: <step>: <error>" and reboots the same way. Lines
-// starting "vminit: " are what the host quotes as the sandbox's exit
-// reason; envd's own output is copied to the console (up to
-// guest.EnvdLogLimit) with every line after "envd: ", so the sandbox
-// cannot forge one.
+// fails prints "vminit: halt: <step>: <error>" and reboots the same way.
+// What follows "vminit: halt: " (Halt) is what the host quotes as the
+// sandbox's exit reason; init's other "vminit: " lines are progress and
+// answers to the host's requests; envd's own output is copied to the
+// console (up to guest.EnvdLogLimit) with every line after "envd: ", so
+// the sandbox cannot forge one.
 package vminit

@@ -18,7 +18,7 @@ import (
 
 // Main runs the guest's PID 1 and does not return: once envd has exited,
 // or when a step of the boot fails, it says why on the console in a line
-// starting "vminit: " (what the host quotes as the sandbox's exit reason)
+// starting Halt (what the host quotes as the sandbox's exit reason)
 // and reboots, which ends the VM (QEMU runs with -no-reboot).
 func Main() {
 	// Capabilities and no_new_privs are per thread, and the envd stage is
@@ -66,7 +66,7 @@ func Main() {
 
 // halt prints the reason and reboots the VM.
 func halt(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "vminit: "+format+"\n", args...)
+	fmt.Fprintf(os.Stderr, Halt+format+"\n", args...)
 	unix.Sync()
 	err := unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
 	// Only a PID 1 without CAP_SYS_BOOT gets here; its exit panics the
