@@ -28,13 +28,7 @@ import (
 // with its files. Everything is removed at the end, mounts included.
 func TestCrashKeepsSnapshotsAndVolumes(t *testing.T) {
 	testenv.RequireRoot(t)
-	srv := &serverProc{t: t, bin: buildServer(t), dataDir: dataDirWithBase(t), apiKey: "e2b_" + randomHex(t, 20)}
-	finished := false
-	t.Cleanup(func() {
-		if !finished {
-			srv.teardown(nil)
-		}
-	})
+	srv := newServer(t, jailBackend.name)
 	srv.start()
 	c := srv.client()
 	ctx := t.Context()
@@ -109,7 +103,6 @@ func TestCrashKeepsSnapshotsAndVolumes(t *testing.T) {
 	srv.api(http.MethodDelete, "/templates/"+url.PathEscape(snap.SnapshotID), "", http.StatusNoContent, nil)
 	srv.api(http.MethodDelete, "/volumes/"+vol.VolumeID, "", http.StatusNoContent, nil)
 	srv.stop()
-	finished = true
 	if ms := mountsMentioning(t, vol.VolumeID); len(ms) > 0 {
 		t.Errorf("the volume is still mounted: %v", ms)
 	}
