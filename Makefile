@@ -19,7 +19,7 @@ serve: deps build
 	bin/agent-sandbox serve
 
 ## test: everything — Go unit and root tests, the official-SDK suite, the
-## crash-recovery test, then a smoke run of the benchmark. CI runs it with
+## crash-recovery tests, then a smoke run of the benchmark. CI runs it with
 ## CI=true (.ci/run): a test that lacks what it needs then fails, never skips.
 test: deps-test build test-go test-sdk test-sdk-vm test-recovery bench-smoke
 
@@ -62,10 +62,12 @@ test-sdk-vm: deps-test build
 	done
 	SDK_TEST_BACKEND=vm AGENT_SANDBOX_TEST_VM_DATA_DIR=$(SDK_VM_DATA_DIR) node test/sdk/run.mjs server
 
-## test-recovery: a real server killed with SIGKILL while its sandboxes run,
-## then restarted (test/recovery). After test-sdk, whose base template it
-## links into its own data dir, as bench-smoke does; run alone, it has the
-## server build base first (minutes, hence the timeout).
+## test-recovery: test/recovery, real servers: one killed with SIGKILL while
+## its sandboxes run, then restarted, on the jail and on the vm backend; VMs
+## ended by a guest panic, an OOM kill, a crash of QEMU and a timeout (about
+## a minute in all on two cores, VMs emulated). After test-sdk, whose base
+## template it links into its own data dirs, as bench-smoke does; run alone,
+## it has the server build base first (minutes, hence the timeout).
 test-recovery:
 	$(GO) test -count=1 -timeout 30m -v ./test/recovery/
 
