@@ -104,10 +104,10 @@ func (s *Store) AddAPIKey(ctx context.Context, name, plaintext string) (APIKey, 
 func (s *Store) addAPIKey(ctx context.Context, name, plaintext string, maxTimeout time.Duration) (APIKey, bool, error) {
 	hash := hashAPIKey(plaintext)
 	k := APIKey{
-		ID:        hex.EncodeToString(randomBytes(8)),
-		Name:      name,
-		Prefix:    plaintext[:len(APIKeyPrefix)+2],
-		Suffix:    plaintext[len(plaintext)-4:],
+		ID:         hex.EncodeToString(randomBytes(8)),
+		Name:       name,
+		Prefix:     plaintext[:len(APIKeyPrefix)+2],
+		Suffix:     plaintext[len(plaintext)-4:],
 		CreatedAt:  time.Unix(0, s.now().UnixNano()).UTC(),
 		MaxTimeout: maxTimeout,
 	}
