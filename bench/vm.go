@@ -26,7 +26,7 @@ const (
 // Messages of the vm servers' logs that the figures are checked against
 // and broken down by (internal/isolation/vm, internal/sandbox).
 const (
-	logVMStarted    = "sandbox started"        // debug; snapshot=true when restored
+	logVMStarted    = "sandbox started"        // debug; restored=true when restored from a memory snapshot
 	logVMRestored   = "sandbox restored"       // debug: load, identity, envd_token
 	logCreateSteps  = "sandbox running: steps" // debug: before_init, init, service, record
 	logSnapshotMade = "made a memory snapshot" // info
@@ -107,8 +107,8 @@ func measureVMSnapshot(ctx context.Context, opts *Options, s *server, c *client.
 	if err != nil {
 		return nil, 0, err
 	}
-	started := log.with(logVMStarted, func(e logEntry) bool { return e["snapshot"] != "" })
-	restored := log.with(logVMStarted, func(e logEntry) bool { return e["snapshot"] == "true" })
+	started := log.with(logVMStarted, func(e logEntry) bool { return e["restored"] != "" })
+	restored := log.with(logVMStarted, func(e logEntry) bool { return e["restored"] == "true" })
 	fs.Note += fmt.Sprintf("; %d of %d VM starts restored the snapshot; restore p50: %s (%s)", len(restored), len(started),
 		restored.p50s("total", "disk", "netns"), log.with(logVMRestored, nil).p50s("load", "identity", "envd_token"))
 
@@ -206,7 +206,7 @@ func awaitSnapshot(ctx context.Context, opts *Options, s *server, c *client.Clie
 		if err != nil {
 			return err
 		}
-		if len(log.with(logSnapshotMade, nil)) > 0 || len(log.with(logVMStarted, func(e logEntry) bool { return e["snapshot"] == "true" })) > 0 {
+		if len(log.with(logSnapshotMade, nil)) > 0 || len(log.with(logVMStarted, func(e logEntry) bool { return e["restored"] == "true" })) > 0 {
 			return nil
 		}
 		if failed := log.with(logSnapshotFail, nil); len(failed) > 0 {
