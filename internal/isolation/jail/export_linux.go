@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 )
@@ -72,7 +73,7 @@ func (inst *Instance) exportChanges(ctx context.Context) error {
 	image := filepath.Join(inst.dir, diskFile)
 	// The sandbox's own mount of the image must be gone first: its loop
 	// device detaches once the last process of its mount namespace exits.
-	if err := releaseLoops(ctx, image); err != nil {
+	if err := disk.ReleaseLoops(ctx, image); err != nil {
 		return fmt.Errorf("exporting changes: %w", err)
 	}
 	ec := *inst.export
@@ -135,7 +136,7 @@ func exportMain(ec *exportConfig) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("export: making mounts private: %w", err)
 	}
-	if _, err := mountDisk(ec.Disk, ec.MountDir, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
+	if _, err := disk.Mount(ec.Disk, ec.MountDir, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
 	dst, err := os.OpenRoot(ec.Dest)
@@ -146,7 +147,7 @@ func exportMain(ec *exportConfig) error {
 	if entries, err := os.ReadDir(ec.Dest); err != nil || len(entries) > 0 {
 		return fmt.Errorf("export: destination %s is not an empty directory (%v)", ec.Dest, err)
 	}
-	x := &exporter{cfg: ec, src: filepath.Join(ec.MountDir, upperDir), dst: dst, links: map[[2]uint64]string{}}
+	x := &exporter{cfg: ec, src: filepath.Join(ec.MountDir, disk.UpperDir), dst: dst, links: map[[2]uint64]string{}}
 	if err := x.dir("."); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

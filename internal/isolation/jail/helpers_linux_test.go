@@ -18,6 +18,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
@@ -200,7 +201,7 @@ func assertGone(t *testing.T, b *Backend, id string) {
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		loops, _ := loopsBackedBy(filepath.Join(b.dir(id), diskFile))
+		loops, _ := disk.LoopsBackedBy(filepath.Join(b.dir(id), diskFile))
 		if len(loops) == 0 {
 			break
 		}

@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"golang.org/x/sys/unix"
 )
@@ -172,7 +173,7 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 			lowers, base = append(slices.Clone(cfg.LayerDirs), cfg.LowerDir), int(cfg.Userns.Base)
 		}
 	}
-	if res.diskDev, err = mountDisk(cfg.Disk, cfg.DiskDir, unix.MS_NODEV); err != nil {
+	if res.diskDev, err = disk.Mount(cfg.Disk, cfg.DiskDir, unix.MS_NODEV); err != nil {
 		return res, err
 	}
 	if err := buildRoot(cfg, lowers, base); err != nil {

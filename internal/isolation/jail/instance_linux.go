@@ -13,6 +13,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"golang.org/x/sys/unix"
 )
@@ -198,7 +199,7 @@ func (inst *Instance) stop(ctx context.Context) error {
 		inst.b.cfg.Log.Debug("sandbox network removed", "sandbox_id", inst.id, "took", time.Since(t))
 		netDone <- err
 	}()
-	errs = append(errs, inst.cg.Delete(ctx), releaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir))
+	errs = append(errs, inst.cg.Delete(ctx), disk.ReleaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir))
 	tDisk := time.Now()
 	errs = append(errs, <-netDone, inst.b.ids.Release(inst.id))
 	inst.b.cpus.release(inst.state.CPUSet)
