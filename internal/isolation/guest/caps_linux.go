@@ -14,11 +14,17 @@ import (
 // does a setuid-root program, so sudo is useful but cannot lead out.
 // CAP_MKNOD is harmless because every writable mount is nodev and /dev is
 // read-only (there is no device cgroup on every host to rely on).
-var keptCaps = []uintptr{
-	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FOWNER, unix.CAP_FSETID,
-	unix.CAP_KILL, unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP,
-	unix.CAP_NET_BIND_SERVICE, unix.CAP_NET_RAW, unix.CAP_SYS_CHROOT,
-	unix.CAP_MKNOD, unix.CAP_AUDIT_WRITE, unix.CAP_SETFCAP,
+var keptCaps = []struct {
+	nr   uintptr
+	name string // as OCI runtime specs name it
+}{
+	{unix.CAP_CHOWN, "CAP_CHOWN"}, {unix.CAP_DAC_OVERRIDE, "CAP_DAC_OVERRIDE"},
+	{unix.CAP_FOWNER, "CAP_FOWNER"}, {unix.CAP_FSETID, "CAP_FSETID"},
+	{unix.CAP_KILL, "CAP_KILL"}, {unix.CAP_SETGID, "CAP_SETGID"},
+	{unix.CAP_SETUID, "CAP_SETUID"}, {unix.CAP_SETPCAP, "CAP_SETPCAP"},
+	{unix.CAP_NET_BIND_SERVICE, "CAP_NET_BIND_SERVICE"}, {unix.CAP_NET_RAW, "CAP_NET_RAW"},
+	{unix.CAP_SYS_CHROOT, "CAP_SYS_CHROOT"}, {unix.CAP_MKNOD, "CAP_MKNOD"},
+	{unix.CAP_AUDIT_WRITE, "CAP_AUDIT_WRITE"}, {unix.CAP_SETFCAP, "CAP_SETFCAP"},
 }
 
 // KeptCapsMask is the capability bounding set inside a sandbox as a bit
@@ -26,9 +32,20 @@ var keptCaps = []uintptr{
 func KeptCapsMask() uint64 {
 	var m uint64
 	for _, c := range keptCaps {
-		m |= 1 << c
+		m |= 1 << c.nr
 	}
 	return m
+}
+
+// KeptCapNames is the capability bounding set inside a sandbox by name,
+// for a runtime that takes an OCI spec (runsc) to start a sandbox's init
+// with no more than that.
+func KeptCapNames() []string {
+	names := make([]string, len(keptCaps))
+	for i, c := range keptCaps {
+		names[i] = c.name
+	}
+	return names
 }
 
 // dropCapabilities reduces the calling thread's bounding set to keptCaps

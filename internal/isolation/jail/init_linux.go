@@ -253,9 +253,9 @@ func envdOf(cfg *initConfig) guest.Envd {
 // reap waits for every child (orphans are re-parented to init) until envd
 // exits, and returns how it exited.
 func reap(envdPid int) error {
-	ws, err := reapUntil(envdPid)
+	ws, err := guest.ReapUntil(envdPid)
 	if err != nil {
-		return err
+		return fmt.Errorf("init: %w", err)
 	}
 	switch {
 	case ws.Exited() && ws.ExitStatus() == 0:
@@ -266,22 +266,4 @@ func reap(envdPid int) error {
 		return fmt.Errorf("init: envd killed by signal %v", ws.Signal())
 	}
 	return fmt.Errorf("init: envd ended: %v", ws)
-}
-
-// reapUntil waits for every child (orphans are re-parented to init) until
-// pid exits, and returns its wait status.
-func reapUntil(pid int) (unix.WaitStatus, error) {
-	for {
-		var ws unix.WaitStatus
-		got, err := unix.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("init: waiting for children: %w", err)
-		}
-		if got == pid && (ws.Exited() || ws.Signaled()) {
-			return ws, nil
-		}
-	}
 }
