@@ -1,7 +1,9 @@
 package guest
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -67,7 +69,9 @@ func dropCapabilities() error {
 			return fmt.Errorf("dropping capability %d from the bounding set: %w", c, err)
 		}
 	}
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+	// A kernel without ambient capabilities (EINVAL: gVisor's) has none
+	// to clear.
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("clearing ambient capabilities: %w", err)
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
@@ -82,8 +86,14 @@ func dropCapabilities() error {
 	return nil
 }
 
+// lastCap is the highest capability the kernel knows: cap_last_cap, or,
+// where /proc has no such file (gVisor's), the highest one the bounding
+// set can be asked about.
 func lastCap() (uintptr, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
+	if errors.Is(err, fs.ErrNotExist) {
+		return probeLastCap(), nil
+	}
 	if err != nil {
 		return 0, fmt.Errorf("reading the last capability: %w", err)
 	}
@@ -92,4 +102,17 @@ func lastCap() (uintptr, error) {
 		return 0, fmt.Errorf("parsing cap_last_cap %q", b)
 	}
 	return uintptr(n), nil
+}
+
+// probeLastCap is the highest capability PR_CAPBSET_READ accepts (it
+// refuses one the kernel does not know with EINVAL).
+func probeLastCap() uintptr {
+	c := uintptr(0)
+	for c < 63 {
+		if _, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c+1, 0, 0, 0); err != nil {
+			break
+		}
+		c++
+	}
+	return c
 }
