@@ -102,7 +102,7 @@ func MakeUpper(diskDir, top string) (upper, work string, err error) {
 	}
 	var root unix.Stat_t
 	if err := unix.Stat(top, &root); err != nil {
-		return "", "", fmt.Errorf("reading the template's root: %w", err)
+		return "", "", fmt.Errorf("reading the template's root %s: %w", top, err)
 	}
 	if err := os.Lchown(upper, int(root.Uid), int(root.Gid)); err != nil {
 		return "", "", err
