@@ -31,32 +31,34 @@ test-go:
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
 	$(GO) test -count=1 -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
 
+## seed_base links the complete base templates (those with a template.json)
+## under data dir $(1) into data dir $(2), with hard links, so that a server
+## there does not build base again.
+define seed_base
+	@mkdir -p $(2)/templates/base
+	@for t in $(1)/templates/base/*/template.json; do \
+	  d=$${t%/template.json}; \
+	  [ -f "$$t" ] && [ ! -e $(2)/templates/base/$${d##*/} ] || continue; \
+	  echo "$@: linking template $$d"; cp -al "$$d" $(2)/templates/base/; \
+	done
+endef
+
 ## test-sdk: the official-SDK suite against a real server. Its data dir is
 ## seeded with hard links to the base template TestBuildBase built into the
 ## Go tests' cache (same spec, same version directory), so that CI builds
 ## base once; only a complete template (with its template.json) is linked.
 TEST_CACHE ?= $(or $(AGENT_SANDBOX_TEST_CACHE),/var/cache/agent-sandbox-test)
 test-sdk: deps-test build
-	@mkdir -p $(SDK_DATA_DIR)/templates/base
-	@for t in $(TEST_CACHE)/templates/base/*/template.json; do \
-	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(SDK_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
-	  echo "test-sdk: linking template $$d"; cp -al "$$d" $(SDK_DATA_DIR)/templates/base/; \
-	done
+	$(call seed_base,$(TEST_CACHE),$(SDK_DATA_DIR))
 	node test/sdk/run.mjs
 
-## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, VM_CORE_FILES) against
+## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, CORE_FILES) against
 ## `serve --backend vm`, header routing only. Its data dir is its own, seeded
 ## like test-sdk's with hard links to the Go tests' base template; the server
 ## makes the template's ext4 image there.
 SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox-sdk-test-vm)
 test-sdk-vm: deps-test build
-	@mkdir -p $(SDK_VM_DATA_DIR)/templates/base
-	@for t in $(TEST_CACHE)/templates/base/*/template.json; do \
-	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(SDK_VM_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
-	  echo "test-sdk-vm: linking template $$d"; cp -al "$$d" $(SDK_VM_DATA_DIR)/templates/base/; \
-	done
+	$(call seed_base,$(TEST_CACHE),$(SDK_VM_DATA_DIR))
 	SDK_TEST_BACKEND=vm AGENT_SANDBOX_TEST_VM_DATA_DIR=$(SDK_VM_DATA_DIR) node test/sdk/run.mjs server
 
 ## test-recovery: a real server killed with SIGKILL while its sandboxes run,
@@ -74,12 +76,7 @@ test-recovery:
 SDK_DATA_DIR   ?= $(or $(AGENT_SANDBOX_TEST_DATA_DIR),/var/lib/agent-sandbox-sdk-test)
 BENCH_DATA_DIR ?= /var/lib/agent-sandbox-bench-smoke
 bench-smoke: build
-	@mkdir -p $(BENCH_DATA_DIR)/templates/base
-	@for t in $(SDK_DATA_DIR)/templates/base/*/template.json; do \
-	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(BENCH_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
-	  echo "bench-smoke: linking template $$d"; cp -al "$$d" $(BENCH_DATA_DIR)/templates/base/; \
-	done
+	$(call seed_base,$(SDK_DATA_DIR),$(BENCH_DATA_DIR))
 	bin/agent-sandbox bench --quick --data-dir $(BENCH_DATA_DIR)
 
 ## deps, deps-test: what the server, and the tests, need on a fresh Debian 12 machine
