@@ -50,7 +50,7 @@ Environment:
 		fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "`ADDR` to listen on (API and sandbox traffic)")
 		fs.StringVar(&cfg.Domain, "domain", "", "`DOMAIN` the SDKs use (E2B_DOMAIN); default: from --listen, e.g. localhost:3000")
 		fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "`DIR` for the database, templates, sandboxes and TLS files")
-		fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "isolation `BACKEND` of new sandboxes: jail (namespaces), vm (a microVM each: QEMU, KVM where /dev/kvm is usable, else emulation) or auto (vm where /dev/kvm is usable, else jail); each sandbox keeps the backend that started it")
+		fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "isolation `BACKEND` of new sandboxes: jail (namespaces), gvisor (runsc: a user-space kernel between the sandbox and the host's), vm (a microVM each: QEMU, KVM where /dev/kvm is usable, else emulation) or auto (vm where /dev/kvm is usable, else gvisor where runsc works, else jail); each sandbox keeps the backend that started it")
 		apiKey := fs.String("api-key", "", "an API `KEY` to accept (e2b_ + 40 hex digits), for automation")
 		fs.BoolVar(&cfg.TLS, "tls", false, "serve HTTPS with a certificate for DOMAIN and *.DOMAIN from a CA in DIR/tls")
 		fs.StringVar(&cfg.EnvdPath, "envd", "", "envd `BINARY` mounted into sandboxes; default: envd next to this executable")

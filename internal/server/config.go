@@ -30,8 +30,8 @@ type Config struct {
 	APIKeys []string // keys to accept in addition to the stored ones
 	TLS     bool     // serve HTTPS with a CA kept under DataDir/tls
 	// Backend is the isolation backend of new sandboxes: BackendAuto (the
-	// default), BackendJail or BackendVM. Sandboxes keep the backend that
-	// started them, which is recorded with each.
+	// default), BackendJail, BackendGvisor or BackendVM. Sandboxes keep
+	// the backend that started them, which is recorded with each.
 	Backend string
 	// VMKernel is the unpacked guest kernel of vm sandboxes; "" =
 	// kernel.DefaultDir, where scripts/install-deps.sh puts it.
@@ -39,6 +39,9 @@ type Config struct {
 	// VMInit is the guest init of vm sandboxes; "" = "vminit" next to
 	// envd.
 	VMInit string
+	// GvisorInit is the helper of gvisor sandboxes (cmd/gvinit: their
+	// init and launcher); "" = "gvinit" next to envd.
+	GvisorInit string
 	// VMColdBoot: every vm sandbox boots its kernel, none is restored
 	// from a memory snapshot of its shape.
 	VMColdBoot bool
@@ -243,7 +246,7 @@ func (c *Config) Validate() error {
 	if c.Backend == "" {
 		c.Backend = BackendAuto
 	}
-	if _, err := chooseBackend(c.Backend, false); err != nil {
+	if _, err := backendOrder(c.Backend, false); err != nil {
 		return err
 	}
 	switch c.Userns {
@@ -308,6 +311,9 @@ func (c *Config) Validate() error {
 	}
 	if c.VMInit == "" {
 		c.VMInit = filepath.Join(filepath.Dir(c.EnvdPath), "vminit")
+	}
+	if c.GvisorInit == "" {
+		c.GvisorInit = filepath.Join(filepath.Dir(c.EnvdPath), "gvinit")
 	}
 	if c.VMKernel != "" && !filepath.IsAbs(c.VMKernel) {
 		return fmt.Errorf("--vm-kernel %q must be an absolute path", c.VMKernel)
