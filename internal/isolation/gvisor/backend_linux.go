@@ -35,8 +35,11 @@ type Backend struct {
 	// platform is the gVisor platform every sandbox of this backend runs
 	// on, chosen by New.
 	platform string
-	net      *network.Host
-	disks    disk.Maker
+	// shim is the statx shim (statxShim) on the host, which sandboxes
+	// preload, or "" where runsc takes statx as Linux does.
+	shim  string
+	net   *network.Host
+	disks disk.Maker
 }
 
 var _ isolation.Backend = (*Backend)(nil)
@@ -69,11 +72,19 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.Platform != "" {
 		candidates = []string{cfg.Platform}
 	}
-	platform, passed, err := b.choosePlatform(context.Background(), candidates)
+	platform, probed, passed, err := b.choosePlatform(context.Background(), candidates)
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
 	b.platform = platform
+	if probed.StatxNoAutomountRefused {
+		if b.shim, err = writeShim(cfg.StateDir); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+		if b.shim == "" {
+			cfg.Log.Warn("gvisor: this runsc refuses statx with AT_NO_AUTOMOUNT, and there is no shim for this architecture: Debian 12's ls and stat fail in its sandboxes")
+		}
+	}
 	attrs := []any{"platform", platform, "runsc", runscVersion(cfg.Runsc)}
 	for _, p := range slices.Sorted(maps.Keys(passed)) {
 		attrs = append(attrs, "not_"+p, passed[p])
@@ -160,6 +171,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		bins = map[string]string{}
 	}
 	bins[guest.EnvdPath], bins[initPath] = spec.EnvdPath, b.cfg.Init
+	if b.shim != "" {
+		bins[shimPath] = b.shim
+	}
 	for g, h := range bins {
 		if !filepath.IsAbs(g) || filepath.Clean(g) != g || !filepath.IsAbs(h) {
 			return nil, fmt.Errorf("starting sandbox %s: tool %q from %q: want clean absolute paths", spec.ID, g, h)
@@ -235,6 +249,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		Image: image, DiskDir: filepath.Join(dir, diskDir),
 		RootFS: filepath.Clean(spec.RootFS), RootDir: filepath.Join(dir, rootDir),
 		MountPoints: slices.Sorted(maps.Keys(bins)),
+		Preload:     preloadOf(b.shim),
 		Runsc: append([]string{b.cfg.Runsc}, b.runscArgs(dir, "--cpu-num-from-quota",
 			"run", "--detach", "--bundle="+filepath.Join(dir, bundleDir), spec.ID)...),
 	}
@@ -265,6 +280,43 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	b.cfg.Log.Debug("sandbox started", "sandbox_id", spec.ID, "sandbox_pid", st.Pid, "platform", b.platform,
 		"total", time.Since(t0), "disk", tDisk.Sub(t0), "netns", tNet.Sub(tDisk), "runsc_run", tRun.Sub(tNet))
 	return inst, nil
+}
+
+// shimPath is where the statx shim appears in the sandbox.
+const shimPath = "/opt/agent-sandbox/lib/statx-noautomount.so"
+
+// preloadOf is the sandbox's preload for the shim on the host at shim.
+func preloadOf(shim string) string {
+	if shim == "" {
+		return ""
+	}
+	return shimPath
+}
+
+// writeShim writes the statx shim under stateDir, once, and returns its
+// path; "" when there is none for this architecture.
+func writeShim(stateDir string) (string, error) {
+	so := statxShim()
+	if so == nil {
+		return "", nil
+	}
+	dir := filepath.Join(stateDir, libDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, filepath.Base(shimPath))
+	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, so) {
+		return p, nil
+	}
+	// Written aside and renamed: a sandbox may be mounting the old one.
+	tmp := p + ".new"
+	if err := os.WriteFile(tmp, so, 0o644); err != nil {
+		return "", fmt.Errorf("writing the statx shim: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return "", fmt.Errorf("writing the statx shim: %w", err)
+	}
+	return p, nil
 }
 
 // launch starts the launcher (the helper in a new mount namespace, from a

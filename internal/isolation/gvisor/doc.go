@@ -86,7 +86,11 @@
 // process as no_new_privs: setuid programs (sudo) do not raise privileges.
 // /tmp is a tmpfs in the sandbox's memory (runsc's default). A sandbox over
 // its memory is ended as a whole by the host's OOM killer (Exit.OOM), not
-// just its largest process. This runsc refuses statx(2) and fstatat(2) with
-// AT_NO_AUTOMOUNT, which Debian 12's ls and stat pass: they fail there
-// with "Invalid argument" (a later gVisor takes the flag).
+// just its largest process.
+//
+// This runsc refuses statx(2) and fstatat(2) with AT_NO_AUTOMOUNT (EINVAL;
+// later releases take it), which Debian 12's ls and stat pass on every
+// file. Where the probe finds that, every sandbox preloads a shim
+// (/etc/ld.so.preload; statxShim, amd64 only) whose statx drops the flag:
+// a gVisor sandbox has no automounts for it to be about.
 package gvisor

@@ -246,6 +246,17 @@ func TestSandbox(t *testing.T) {
 			t.Errorf("Seccomp of a root shell = %q, want 2 (filter)", got)
 		}
 	})
+	t.Run("userland", func(t *testing.T) {
+		// Debian 12's coreutils stat every file with statx(AT_NO_AUTOMOUNT),
+		// which this runsc refuses (the probe says): the statx shim makes
+		// up for it.
+		if b.shim == "" {
+			t.Skip("not a CI requirement: this runsc takes statx as Linux does, and there is nothing to make up for")
+		}
+		if got := sh(t, inst, tok, "ls /usr/bin | grep -c '^bash$'; stat -c %s /etc/hosts; head -1 /etc/ld.so.preload"); got != "1\n20\n"+shimPath {
+			t.Errorf("ls, stat and the preload: %q, want 1, /etc/hosts's 20 bytes and %s", got, shimPath)
+		}
+	})
 	t.Run("token", func(t *testing.T) {
 		resp, err := isolationtest.EnvdClient(inst).Post("http://envd/process.Process/List", "application/json", strings.NewReader("{}"))
 		if err != nil {
@@ -266,8 +277,10 @@ func TestSandbox(t *testing.T) {
 		if got := sh(t, inst, tok, "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c -f /tmp/pat; true"); got != "0" {
 			t.Errorf("the token is in %s command lines or environments in the sandbox", got)
 		}
-		if got := sh(t, inst, tok, "ls -l /proc/1/fd/ 2>&1 | grep -c pipe; true"); got != "0" && !strings.Contains(got, "denied") {
-			t.Errorf("init holds a pipe the sandbox can see: %q", got)
+		// init read its configuration, the token with it, from its stdin
+		// to the end and put /dev/null there.
+		if got := sh(t, inst, tok, "ls -l /proc/1/fd/0"); !strings.HasSuffix(got, "-> /dev/null") {
+			t.Errorf("init's stdin is %q, want /dev/null", got)
 		}
 	})
 	t.Run("disk", func(t *testing.T) {

@@ -30,6 +30,7 @@ const (
 	runscLog   = "runsc.log"
 	specFile   = "config.json"
 	probeDir   = ".probe" // not a sandbox ID (isolation.ValidID), so never a leftover
+	libDir     = ".lib"   // the statx shim, likewise
 	probeGroup = "probe"
 )
 
@@ -86,8 +87,9 @@ func (b *Backend) state(ctx context.Context, ns *network.Namespace, id string) (
 const probeTimeout = 15 * time.Second
 
 // choosePlatform returns the first platform of candidates that runs a
-// probe sandbox, and why each one before it was passed over.
-func (b *Backend) choosePlatform(ctx context.Context, candidates []string) (string, map[string]string, error) {
+// probe sandbox, what the probe found there, and why each one before it
+// was passed over.
+func (b *Backend) choosePlatform(ctx context.Context, candidates []string) (string, gvinit.ProbeResult, map[string]string, error) {
 	passed := map[string]string{}
 	for _, p := range candidates {
 		if p == "kvm" {
@@ -96,10 +98,11 @@ func (b *Backend) choosePlatform(ctx context.Context, candidates []string) (stri
 				continue
 			}
 		}
-		kernel, err := b.probe(ctx, p)
+		res, err := b.probe(ctx, p)
 		if err == nil {
-			b.cfg.Log.Debug("gvisor: platform probe", "platform", p, "kernel", kernel)
-			return p, passed, nil
+			b.cfg.Log.Debug("gvisor: platform probe", "platform", p, "kernel", res.Kernel,
+				"statx_no_automount_refused", res.StatxNoAutomountRefused)
+			return p, res, passed, nil
 		}
 		passed[p] = err.Error()
 	}
@@ -107,7 +110,7 @@ func (b *Backend) choosePlatform(ctx context.Context, candidates []string) (stri
 	for _, p := range candidates {
 		whys = append(whys, p+": "+passed[p])
 	}
-	return "", passed, fmt.Errorf("no gVisor platform runs here (%s)", strings.Join(whys, "; "))
+	return "", gvinit.ProbeResult{}, passed, fmt.Errorf("no gVisor platform runs here (%s)", strings.Join(whys, "; "))
 }
 
 // hardwareKVM says why /dev/kvm is not hardware virtualisation, or "". A
@@ -127,17 +130,18 @@ func hardwareKVM() string {
 
 // probe runs the helper's probe in a throwaway gVisor sandbox on platform
 // (runsc do, the host's file system read-only under a scratch overlay, no
-// network) and returns the kernel it saw. Its processes run in a cgroup
-// of their own, which is killed whatever happens.
-func (b *Backend) probe(ctx context.Context, platform string) (_ string, err error) {
+// network) and returns what it found. Its processes run in a cgroup of
+// their own, which is killed whatever happens.
+func (b *Backend) probe(ctx context.Context, platform string) (_ gvinit.ProbeResult, err error) {
+	var res gvinit.ProbeResult
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	dir := filepath.Join(b.cfg.StateDir, probeDir, platform)
 	if err := os.RemoveAll(dir); err != nil {
-		return "", err
+		return res, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
+		return res, err
 	}
 	defer os.RemoveAll(dir)
 	name := b.cfg.CgroupParent + "/" + probeGroup + "-" + platform
@@ -146,7 +150,7 @@ func (b *Backend) probe(ctx context.Context, platform string) (_ string, err err
 	}
 	cg, err := cgroup.Create(name, cgroup.Limits{})
 	if err != nil {
-		return "", err
+		return res, err
 	}
 	defer func() {
 		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -161,7 +165,7 @@ func (b *Backend) probe(ctx context.Context, platform string) (_ string, err err
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := startIn(cg, cmd); err != nil {
-		return "", err
+		return res, err
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -170,14 +174,17 @@ func (b *Backend) probe(ctx context.Context, platform string) (_ string, err err
 	case <-ctx.Done():
 		_ = cg.Kill(context.WithoutCancel(ctx))
 		<-waited
-		return "", fmt.Errorf("the probe sandbox did not finish in %v", probeTimeout)
+		return res, fmt.Errorf("the probe sandbox did not finish in %v", probeTimeout)
 	}
 	for _, l := range strings.Split(out.String(), "\n") {
-		if k, ok := strings.CutPrefix(l, gvinit.ProbePrefix); ok && err == nil {
-			return k, nil
+		if j, ok := strings.CutPrefix(l, gvinit.ProbePrefix); ok && err == nil {
+			if err := json.Unmarshal([]byte(j), &res); err != nil {
+				return res, fmt.Errorf("reading the probe's result %q: %w", j, err)
+			}
+			return res, nil
 		}
 	}
-	return "", fmt.Errorf("the probe sandbox did not run (%v): %s", err, lastLines(out.Bytes(), 3))
+	return res, fmt.Errorf("the probe sandbox did not run (%v): %s", err, lastLines(out.Bytes(), 3))
 }
 
 // startIn starts cmd with its process in cg, from birth on cgroup v2;

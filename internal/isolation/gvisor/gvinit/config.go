@@ -32,6 +32,9 @@ type LaunchConfig struct {
 	// bind-mounts host binaries over: the launcher makes them in the
 	// overlay, as empty files, so that their directories are real ones.
 	MountPoints []string `json:"mount_points"`
+	// Preload, when set, is a shared object (by its path in the sandbox)
+	// the launcher adds to the sandbox's /etc/ld.so.preload.
+	Preload string `json:"preload,omitempty"`
 	// Runsc is the command executed once the mounts are made: runsc's
 	// path and its arguments after it.
 	Runsc []string `json:"runsc"`
@@ -49,7 +52,10 @@ func (c *LaunchConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q cannot be an overlay option", name, p))
 		}
 	}
-	for _, p := range c.MountPoints {
+	for _, p := range append(c.MountPoints, c.Preload) {
+		if p == "" {
+			continue
+		}
 		if !filepath.IsAbs(p) || filepath.Clean(p) != p || p == "/" {
 			errs = append(errs, fmt.Errorf("mount point %q is not a clean absolute file path", p))
 		}
@@ -86,9 +92,19 @@ const (
 	ProbeArg  = "probe"
 )
 
-// ProbePrefix starts the one line the probe prints, before the kernel's
-// name and release as the probe sees them.
+// ProbePrefix starts the one line the probe prints, before its
+// ProbeResult in JSON.
 const ProbePrefix = "gvinit probe: "
+
+// ProbeResult is what the probe found of the kernel it runs on.
+type ProbeResult struct {
+	// Kernel is its name and release, as uname says.
+	Kernel string `json:"kernel"`
+	// StatxNoAutomountRefused: it refuses statx(2) with AT_NO_AUTOMOUNT
+	// (EINVAL), as runsc releases before 2023 do, while it takes statx
+	// without it.
+	StatxNoAutomountRefused bool `json:"statx_no_automount_refused"`
+}
 
 // ReasonPrefix starts the lines init writes itself on its output, the
 // last of which is the sandbox's exit reason.

@@ -17,6 +17,7 @@
 //     to the host, waits for the go-ahead and executes runsc, whose gofer
 //     and sandbox keep that namespace, and with it the mounts, alive; the
 //     mounts go with them.
-//   - "probe" prints the kernel it runs on, for the backend's check that
-//     a gVisor platform works here (runsc do).
+//   - "probe" prints what it finds of the kernel it runs on (ProbeResult),
+//     for the backend's check that a gVisor platform works here (runsc do)
+//     and what it must make up for.
 package gvinit

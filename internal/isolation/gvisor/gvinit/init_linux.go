@@ -34,13 +34,24 @@ func Main() {
 	os.Exit(1)
 }
 
-// probe prints the kernel the probe runs on.
+// probe prints what it finds of the kernel it runs on.
 func probe() error {
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {
 		return err
 	}
-	fmt.Printf("%s%s %s\n", ProbePrefix, unix.ByteSliceToString(u.Sysname[:]), unix.ByteSliceToString(u.Release[:]))
+	r := ProbeResult{Kernel: unix.ByteSliceToString(u.Sysname[:]) + " " + unix.ByteSliceToString(u.Release[:])}
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, "/", 0, unix.STATX_BASIC_STATS, &st); err != nil {
+		return fmt.Errorf("statx: %w", err)
+	}
+	err := unix.Statx(unix.AT_FDCWD, "/", unix.AT_NO_AUTOMOUNT, unix.STATX_BASIC_STATS, &st)
+	r.StatxNoAutomountRefused = errors.Is(err, unix.EINVAL)
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%s%s\n", ProbePrefix, b)
 	return nil
 }
 

@@ -80,7 +80,34 @@ func mountRoot(cfg *LaunchConfig) (uint64, error) {
 	if err := makeMountPoints(cfg.RootDir, cfg.MountPoints); err != nil {
 		return 0, err
 	}
+	if cfg.Preload != "" {
+		if err := addPreload(cfg.RootDir, cfg.Preload); err != nil {
+			return 0, err
+		}
+	}
 	return dev, nil
+}
+
+// addPreload puts so first in /etc/ld.so.preload of the root file system
+// at dir, before what the template has there.
+func addPreload(dir, so string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	const preload = "etc/ld.so.preload"
+	old, err := root.ReadFile(preload)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("reading /%s: %w", preload, err)
+	}
+	if err := root.MkdirAll("etc", 0o755); err != nil {
+		return err
+	}
+	if err := root.WriteFile(preload, append([]byte(so+"\n"), old...), 0o644); err != nil {
+		return fmt.Errorf("writing /%s: %w", preload, err)
+	}
+	return nil
 }
 
 // makeMountPoints makes each of files, and the directories above it, in
