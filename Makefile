@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build serve test test-go test-sdk test-sdk-vm test-recovery bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
@@ -21,7 +21,7 @@ serve: deps build
 ## test: everything — Go unit and root tests, the official-SDK suite, the
 ## crash-recovery test, then a smoke run of the benchmark. CI runs it with
 ## CI=true (.ci/run): a test that lacks what it needs then fails, never skips.
-test: deps-test build test-go test-sdk test-sdk-vm test-recovery bench-smoke
+test: deps-test build test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery bench-smoke
 
 ## test-go: the Go tests; then the security suite on its own, verbose, so that
 ## its table of attacks and their containment is printed (without -race: the
@@ -60,6 +60,13 @@ SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox
 test-sdk-vm: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_VM_DATA_DIR))
 	SDK_TEST_BACKEND=vm AGENT_SANDBOX_TEST_VM_DATA_DIR=$(SDK_VM_DATA_DIR) node test/sdk/run.mjs server
+
+## test-sdk-gvisor: the same SDK core subset against `serve --backend gvisor`,
+## header routing only, on a data dir of its own seeded the same way.
+SDK_GVISOR_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_GVISOR_DATA_DIR),/var/lib/agent-sandbox-sdk-test-gvisor)
+test-sdk-gvisor: deps-test build
+	$(call seed_base,$(TEST_CACHE),$(SDK_GVISOR_DATA_DIR))
+	SDK_TEST_BACKEND=gvisor AGENT_SANDBOX_TEST_GVISOR_DATA_DIR=$(SDK_GVISOR_DATA_DIR) node test/sdk/run.mjs server
 
 ## test-recovery: a real server killed with SIGKILL while its sandboxes run,
 ## then restarted (test/recovery). After test-sdk, whose base template it
