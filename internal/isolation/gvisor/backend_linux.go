@@ -35,6 +35,8 @@ type Backend struct {
 	// platform is the gVisor platform every sandbox of this backend runs
 	// on, chosen by New.
 	platform string
+	// probed is what the platform's probe found.
+	probed gvinit.ProbeResult
 	// shim is the statx shim (statxShim) on the host, which sandboxes
 	// preload, or "" where runsc takes statx as Linux does.
 	shim  string
@@ -76,7 +78,7 @@ func New(cfg Config) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: %w", err)
 	}
-	b.platform = platform
+	b.platform, b.probed = platform, probed
 	if probed.StatxNoAutomountRefused {
 		if b.shim, err = writeShim(cfg.StateDir); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
