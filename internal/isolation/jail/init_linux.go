@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 
@@ -92,16 +91,7 @@ func InitMain(args []string) error {
 		return err
 	}
 
-	// Signals that would end a Go program by default are caught (and
-	// dropped): only the host ends a sandbox. Caught, not ignored, so that
-	// envd does not inherit SIG_IGN.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGHUP, unix.SIGINT, unix.SIGTERM, unix.SIGQUIT,
-		unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGVTALRM, unix.SIGPROF)
-	go func() {
-		for range sigs {
-		}
-	}()
+	guest.DropSignals()
 
 	res, err := setupSandbox(&cfg, args)
 	if err != nil {

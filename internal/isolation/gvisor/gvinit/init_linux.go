@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"time"
 
@@ -64,16 +63,7 @@ func initMain() error {
 	if os.Getpid() != 1 {
 		return errors.New("not running as PID 1 (it is the init of a gVisor sandbox)")
 	}
-	// Signals that would end a Go program by default are caught and
-	// dropped: only the host ends a sandbox. Caught, not ignored, so that
-	// envd does not inherit SIG_IGN.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGHUP, unix.SIGINT, unix.SIGTERM, unix.SIGQUIT,
-		unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGVTALRM, unix.SIGPROF)
-	go func() {
-		for range sigs {
-		}
-	}()
+	guest.DropSignals()
 	start := time.Now()
 	cfg, err := readConfig()
 	if err != nil {

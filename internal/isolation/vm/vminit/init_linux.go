@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"time"
 
@@ -31,16 +30,7 @@ func Main() {
 		fmt.Fprintln(os.Stderr, "vminit: not running as PID 1 (it is the init of a VM)")
 		os.Exit(2)
 	}
-	// Signals that would end a Go program by default are caught and
-	// dropped: PID 1 ending panics the guest kernel. Caught, not ignored,
-	// so that envd does not inherit SIG_IGN.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGHUP, unix.SIGINT, unix.SIGTERM, unix.SIGQUIT,
-		unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGVTALRM, unix.SIGPROF)
-	go func() {
-		for range sigs {
-		}
-	}()
+	guest.DropSignals()
 
 	start := time.Now()
 	envdPid, logged, err := boot()
