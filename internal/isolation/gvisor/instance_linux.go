@@ -9,7 +9,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"time"
 
@@ -98,22 +97,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	inst.mu.Lock()
 	paused := inst.paused
 	inst.mu.Unlock()
-	if paused {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrPaused)
-	}
-	select {
-	case <-inst.done:
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrGone)
-	default:
-	}
-	c, err := inst.ns.Dial(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if errors.Is(err, unix.ECONNREFUSED) {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w: %w", port, inst.id, isolation.ErrPortClosed, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, err)
-	}
-	return c, nil
+	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.done, "127.0.0.1", port)
 }
 
 // Pause implements isolation.Instance: runsc pause stops every task in
