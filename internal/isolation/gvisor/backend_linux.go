@@ -232,7 +232,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		return nil, err
 	}
 	rollback.Push(func(ctx context.Context) error {
-		return errors.Join(ignoreNotExist(cg.Kill(ctx)), cg.Delete(ctx), removeRuntimeCgroups(cgName))
+		return errors.Join(cgroup.Remove(ctx, cgName), removeRuntimeCgroups(cgName))
 	})
 	if err := writeSpec(dir, sandboxSpec(dir, hostname, ns.Path(), cgName, bins, b.cfg.NoNewPrivs)); err != nil {
 		return nil, err
@@ -574,17 +574,7 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 	// Killing the cgroup ends runsc's sandbox and gofer (whose pids may be
 	// anyone's by now); the mounts went with the gofer's mount namespace.
 	name := b.cgroupName(id)
-	cg, err := cgroup.Load(name)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		errs = append(errs, err)
-	default:
-		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		errs = append(errs, ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx))
-		cancel()
-	}
-	errs = append(errs, removeRuntimeCgroups(name), b.net.Release(ctx, id),
+	errs = append(errs, cgroup.Remove(ctx, name), removeRuntimeCgroups(name), b.net.Release(ctx, id),
 		disk.ReleaseLoops(ctx, filepath.Join(b.dir(id), imageFile)), removeDir(b.dir(id)))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleaning up sandbox %s: %w", id, err)
@@ -606,11 +596,4 @@ func removeDir(dir string) error {
 		return fmt.Errorf("removing %s: %w", dir, err)
 	}
 	return nil
-}
-
-func ignoreNotExist(err error) error {
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	return err
 }

@@ -145,18 +145,17 @@ func (b *Backend) probe(ctx context.Context, platform string) (_ gvinit.ProbeRes
 	}
 	defer os.RemoveAll(dir)
 	name := b.cfg.CgroupParent + "/" + probeGroup + "-" + platform
-	if old, err := cgroup.Load(name); err == nil { // left by a server that died probing
-		_ = errors.Join(old.Kill(ctx), old.Delete(ctx))
+	// One a server left when it died probing goes first.
+	if err := cgroup.Remove(ctx, name); err != nil {
+		return res, err
 	}
 	cg, err := cgroup.Create(name, cgroup.Limits{})
 	if err != nil {
 		return res, err
 	}
 	defer func() {
-		kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if kerr := errors.Join(ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx)); kerr != nil {
-			err = errors.Join(err, kerr)
+		if rerr := cgroup.Remove(context.WithoutCancel(ctx), name); rerr != nil {
+			err = errors.Join(err, rerr)
 		}
 	}()
 	cmd := exec.Command(b.cfg.Runsc, "--root="+dir, "--platform="+platform, "--network=none",
