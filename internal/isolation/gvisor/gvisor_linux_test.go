@@ -95,7 +95,6 @@ func newTestBackend(t *testing.T, opts ...func(*Config)) *Backend {
 	testenv.RequireRoot(t)
 	_, err := exec.LookPath("runsc")
 	testenv.Require(t, err == nil, "runsc (Debian's runsc package): run scripts/install-deps.sh")
-	testenv.LockFirewall(t)
 	buildOnce.Do(buildPieces)
 	if built.err != nil {
 		t.Fatal(built.err)
@@ -104,21 +103,7 @@ func newTestBackend(t *testing.T, opts ...func(*Config)) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw, err := network.NewFirewall(network.FirewallConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A firewall table that was there belongs to a server's sandboxes.
-	if existed, _, err := network.FirewallChains(); err != nil {
-		t.Fatal(err)
-	} else if !existed {
-		t.Cleanup(func() {
-			if err := fw.Delete(context.Background()); err != nil {
-				t.Errorf("deleting firewall: %v", err)
-			}
-		})
-	}
-	host := jailtest.Network(t, filepath.Join(scratch, "run"), pool, fw)
+	host := jailtest.FirewalledNetwork(t, filepath.Join(scratch, "run"), pool)
 	return newBackendOn(t, host, opts...)
 }
 
@@ -167,24 +152,7 @@ func testSpec() isolation.Spec {
 // sandbox when the test ends.
 func start(t *testing.T, b *Backend, spec isolation.Spec) *Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	t0 := time.Now()
-	inst, err := b.Start(ctx, spec)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := inst.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	t1 := time.Now()
-	if err := isolation.WaitEnvd(ctx, inst); err != nil {
-		t.Fatalf("waiting for envd: %v%s", err, b.quoteLog(spec.ID))
-	}
-	t.Logf("Start took %v, envd ready %v later", t1.Sub(t0), time.Since(t1))
-	return inst.(*Instance)
+	return isolationtest.Start(t, b, spec, 60*time.Second, func(isolation.Instance) string { return b.quoteLog(spec.ID) }).(*Instance)
 }
 
 func sh(t *testing.T, inst *Instance, token, script string) string {

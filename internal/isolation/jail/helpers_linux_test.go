@@ -19,6 +19,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/isolationtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
@@ -92,24 +93,7 @@ func testSpec(t testing.TB, res isolation.Resources) isolation.Spec {
 // the sandbox when the test ends.
 func startSandbox(t *testing.T, b *Backend, spec isolation.Spec) *Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	t0 := time.Now()
-	inst, err := b.Start(ctx, spec)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := inst.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	t1 := time.Now()
-	if err := isolation.WaitEnvd(ctx, inst); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Start took %v, envd ready %v later", t1.Sub(t0), time.Since(t1))
-	return inst.(*Instance)
+	return isolationtest.Start(t, b, spec, 20*time.Second, nil).(*Instance)
 }
 
 type result struct {
