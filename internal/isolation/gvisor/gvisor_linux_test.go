@@ -68,11 +68,7 @@ func buildPieces() {
 	if b.envd, b.err = jailtest.BuildEnvd(dir); b.err != nil {
 		return
 	}
-	b.init = filepath.Join(dir, "gvinit")
-	cmd := exec.Command("go", "build", "-o", b.init, "github.com/agent-sandbox/agent-sandbox/cmd/gvinit")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.err = fmt.Errorf("building gvinit: %v: %s", err, out)
+	if b.init, b.err = jailtest.BuildCommand(dir, "gvinit"); b.err != nil {
 		return
 	}
 	b.rootfs = filepath.Join(dir, "rootfs")

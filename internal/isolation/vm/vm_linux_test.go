@@ -62,11 +62,7 @@ func buildPieces() {
 	if b.envd, b.err = jailtest.BuildEnvd(dir); b.err != nil {
 		return
 	}
-	b.init = filepath.Join(dir, "vminit")
-	cmd := exec.Command("go", "build", "-o", b.init, "github.com/agent-sandbox/agent-sandbox/cmd/vminit")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		b.err = fmt.Errorf("building vminit: %v: %s", err, out)
+	if b.init, b.err = jailtest.BuildCommand(dir, "vminit"); b.err != nil {
 		return
 	}
 	root := filepath.Join(dir, "rootfs")

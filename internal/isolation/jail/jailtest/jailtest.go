@@ -156,12 +156,16 @@ func copyFile(src, dst string, mode os.FileMode) error {
 
 // BuildEnvd builds envd (static, as sandboxes need it) into dir and returns
 // its path.
-func BuildEnvd(dir string) (string, error) {
-	p := filepath.Join(dir, "envd")
-	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/envd")
+func BuildEnvd(dir string) (string, error) { return BuildCommand(dir, "envd") }
+
+// BuildCommand builds the project's command cmd/<name> (static, as
+// sandboxes need it) into dir and returns its path.
+func BuildCommand(dir, name string) (string, error) {
+	p := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building envd: %v: %s", err, out)
+		return "", fmt.Errorf("building %s: %v: %s", name, err, out)
 	}
 	return p, nil
 }
