@@ -313,7 +313,9 @@ func (s *serverProc) spawn() {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	s.cmd = exec.Command(s.bin, "serve", "--listen", s.listen, "--data-dir", s.dataDir, "--api-key", s.apiKey,
+	// The jail: what the test reads of each sandbox's state is the jail's,
+	// and auto would pick gvisor or vm where the host has them.
+	s.cmd = exec.Command(s.bin, "serve", "--backend", "jail", "--listen", s.listen, "--data-dir", s.dataDir, "--api-key", s.apiKey,
 		"--address-pool", addressPool.String(), "--warm-pool", "none")
 	s.cmd.Stdout, s.cmd.Stderr = out, out
 	// Should the test binary die, the server goes too (and gives back the

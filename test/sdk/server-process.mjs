@@ -101,8 +101,9 @@ function tlsHealth(port, host, caPath) {
  * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
  *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
  *
- * backend 'vm' or 'gvisor' adds --backend and builds base only (templates:
- * the built-ins besides base, the jail suite's by default).
+ * backend ('jail', 'gvisor' or 'vm') is passed as --backend; 'vm' and
+ * 'gvisor' build base only (templates: the built-ins besides base, the jail
+ * suite's by default).
  *
  * extraArgs are appended to the serve command line.
  *
@@ -130,7 +131,8 @@ export async function startServer({
   // first start, as layers over base).
   const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey]
   if (templates.length) args.push('--templates', templates.join(','))
-  if (backend !== 'jail') args.push('--backend', backend)
+  // Always named: auto would pick gvisor or vm where the host has them.
+  args.push('--backend', backend)
   if (tls) args.push('--tls', '--domain', domain)
   args.push(...extraArgs)
 
