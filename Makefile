@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build serve test test-go test-sdk test-sdk-vm test-recovery bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
@@ -21,7 +21,7 @@ serve: deps build
 ## test: everything — Go unit and root tests, the official-SDK suite, the
 ## crash-recovery tests, then a smoke run of the benchmark. CI runs it with
 ## CI=true (.ci/run): a test that lacks what it needs then fails, never skips.
-test: deps-test build test-go test-sdk test-sdk-vm test-recovery bench-smoke
+test: deps-test build test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery bench-smoke
 
 ## test-go: the Go tests; then the security suite on its own, verbose, so that
 ## its table of attacks and their containment is printed (without -race: the
@@ -34,33 +34,42 @@ test-go:
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
 	$(GO) test -count=1 -timeout 30m -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
 
+## seed_base links the complete base templates (those with a template.json)
+## under data dir $(1) into data dir $(2), with hard links, so that a server
+## there does not build base again.
+define seed_base
+	@mkdir -p $(2)/templates/base
+	@for t in $(1)/templates/base/*/template.json; do \
+	  d=$${t%/template.json}; \
+	  [ -f "$$t" ] && [ ! -e $(2)/templates/base/$${d##*/} ] || continue; \
+	  echo "$@: linking template $$d"; cp -al "$$d" $(2)/templates/base/; \
+	done
+endef
+
 ## test-sdk: the official-SDK suite against a real server. Its data dir is
 ## seeded with hard links to the base template TestBuildBase built into the
 ## Go tests' cache (same spec, same version directory), so that CI builds
 ## base once; only a complete template (with its template.json) is linked.
 TEST_CACHE ?= $(or $(AGENT_SANDBOX_TEST_CACHE),/var/cache/agent-sandbox-test)
 test-sdk: deps-test build
-	@mkdir -p $(SDK_DATA_DIR)/templates/base
-	@for t in $(TEST_CACHE)/templates/base/*/template.json; do \
-	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(SDK_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
-	  echo "test-sdk: linking template $$d"; cp -al "$$d" $(SDK_DATA_DIR)/templates/base/; \
-	done
+	$(call seed_base,$(TEST_CACHE),$(SDK_DATA_DIR))
 	node test/sdk/run.mjs
 
-## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, VM_CORE_FILES) against
+## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, CORE_FILES) against
 ## `serve --backend vm`, header routing only. Its data dir is its own, seeded
 ## like test-sdk's with hard links to the Go tests' base template; the server
 ## makes the template's ext4 image there.
 SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox-sdk-test-vm)
 test-sdk-vm: deps-test build
-	@mkdir -p $(SDK_VM_DATA_DIR)/templates/base
-	@for t in $(TEST_CACHE)/templates/base/*/template.json; do \
-	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(SDK_VM_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
-	  echo "test-sdk-vm: linking template $$d"; cp -al "$$d" $(SDK_VM_DATA_DIR)/templates/base/; \
-	done
+	$(call seed_base,$(TEST_CACHE),$(SDK_VM_DATA_DIR))
 	SDK_TEST_BACKEND=vm AGENT_SANDBOX_TEST_VM_DATA_DIR=$(SDK_VM_DATA_DIR) node test/sdk/run.mjs server
+
+## test-sdk-gvisor: the same SDK core subset against `serve --backend gvisor`,
+## header routing only, on a data dir of its own seeded the same way.
+SDK_GVISOR_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_GVISOR_DATA_DIR),/var/lib/agent-sandbox-sdk-test-gvisor)
+test-sdk-gvisor: deps-test build
+	$(call seed_base,$(TEST_CACHE),$(SDK_GVISOR_DATA_DIR))
+	SDK_TEST_BACKEND=gvisor AGENT_SANDBOX_TEST_GVISOR_DATA_DIR=$(SDK_GVISOR_DATA_DIR) node test/sdk/run.mjs server
 
 ## test-recovery: test/recovery, real servers: one killed with SIGKILL while
 ## its sandboxes run, then restarted, on the jail and on the vm backend; VMs
@@ -80,12 +89,7 @@ test-recovery:
 SDK_DATA_DIR   ?= $(or $(AGENT_SANDBOX_TEST_DATA_DIR),/var/lib/agent-sandbox-sdk-test)
 BENCH_DATA_DIR ?= /var/lib/agent-sandbox-bench-smoke
 bench-smoke: build
-	@mkdir -p $(BENCH_DATA_DIR)/templates/base
-	@for t in $(SDK_DATA_DIR)/templates/base/*/template.json; do \
-	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(BENCH_DATA_DIR)/templates/base/$${d##*/} ] || continue; \
-	  echo "bench-smoke: linking template $$d"; cp -al "$$d" $(BENCH_DATA_DIR)/templates/base/; \
-	done
+	$(call seed_base,$(SDK_DATA_DIR),$(BENCH_DATA_DIR))
 	bin/agent-sandbox bench --quick --data-dir $(BENCH_DATA_DIR)
 
 ## deps, deps-test: what the server, and the tests, need on a fresh Debian 12 machine

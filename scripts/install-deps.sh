@@ -4,6 +4,8 @@
 #
 #   scripts/install-deps.sh [--test] [--vm]
 #
+# runsc (Debian's package) is always installed: `serve --backend auto`
+# prefers the gvisor backend where there is no usable KVM.
 # The vm backend's pieces (QEMU, qemu-img and the guest kernel, unpacked
 # into /var/lib/agent-sandbox/kernels/) come with --vm, with --test (the
 # tests run VMs under TCG), and without either where /dev/kvm is usable,
@@ -31,11 +33,13 @@ for cmd in go node npm; do
 done
 
 # Debian packages: debootstrap builds template root filesystems; e2fsprogs
-# (mkfs.ext4) makes each sandbox's disk; for the vm backend, qemu-system-x86
-# runs the VMs and qemu-utils (qemu-img) makes their copy-on-write disks.
+# (mkfs.ext4) makes each sandbox's disk; runsc runs the gvisor backend's
+# sandboxes; for the vm backend, qemu-system-x86 runs the VMs and qemu-utils
+# (qemu-img) makes their copy-on-write disks.
 missing=()
 command -v debootstrap >/dev/null 2>&1 || missing+=(debootstrap)
 command -v mkfs.ext4 >/dev/null 2>&1 || missing+=(e2fsprogs)
+command -v runsc >/dev/null 2>&1 || missing+=(runsc)
 if $vm; then
 	command -v qemu-system-x86_64 >/dev/null 2>&1 || missing+=(qemu-system-x86)
 	command -v qemu-img >/dev/null 2>&1 || missing+=(qemu-utils)
@@ -45,8 +49,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 		echo "install-deps: missing ${missing[*]}; install them as root: apt-get install ${missing[*]}" >&2
 		exit 1
 	fi
+	echo "install-deps: installing ${missing[*]}..."
 	apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+	echo "install-deps: installed ${missing[*]}"
 fi
 
 # The guest kernel: the package Debian's linux-image-cloud-amd64 depends on

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"os/exec"
-	"slices"
-	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/deptest"
 )
 
 // envd is copied into every sandbox and is part of its attack surface, so
@@ -18,14 +17,4 @@ var allowedModules = []string{
 	"google.golang.org/protobuf",
 }
 
-func TestEnvdDependencies(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{.Module.Path}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	for _, m := range strings.Fields(string(out)) {
-		if !slices.Contains(allowedModules, m) {
-			t.Errorf("envd depends on %s, which is not in the allowed list", m)
-		}
-	}
-}
+func TestEnvdDependencies(t *testing.T) { deptest.Check(t, allowedModules, nil) }

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"os/exec"
-	"slices"
-	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/deptest"
 )
 
 // vminit is PID 1 of every VM sandbox and runs as root beside the
@@ -33,22 +32,4 @@ var allowedPackages = []string{
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/vminit",
 }
 
-func TestVminitDependencies(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{.Module.Path}} {{.ImportPath}}{{end}}", ".").Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) < len(allowedPackages) {
-		t.Fatalf("go list listed %d packages, fewer than vminit's own:\n%s", len(lines), out)
-	}
-	for _, l := range lines {
-		mod, pkg, _ := strings.Cut(l, " ")
-		if !slices.Contains(allowedModules, mod) {
-			t.Errorf("vminit depends on %s (module %s), which is not in the allowed list", pkg, mod)
-		}
-		if mod == "github.com/agent-sandbox/agent-sandbox" && !slices.Contains(allowedPackages, pkg) {
-			t.Errorf("vminit links %s, which is not guest-side", pkg)
-		}
-	}
-}
+func TestVminitDependencies(t *testing.T) { deptest.Check(t, allowedModules, allowedPackages) }

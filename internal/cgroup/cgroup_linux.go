@@ -115,6 +115,26 @@ func load(lay layout, name string) (*Cgroup, error) {
 	return loadV1(lay, name)
 }
 
+// Remove kills every process of group name and deletes the group, for a
+// cleanup that knows only the name (the processes' pids may be anyone's by
+// now), within 10 s. Removing a group that is not there succeeds.
+func Remove(ctx context.Context, name string) error {
+	cg, err := Load(name)
+	if errors.Is(err, ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err = cg.Kill(ctx)
+	if errors.Is(err, ErrNotExist) {
+		err = nil
+	}
+	return errors.Join(err, cg.Delete(ctx))
+}
+
 // Name returns the group's name relative to the hierarchy root.
 func (c *Cgroup) Name() string { return c.name }
 

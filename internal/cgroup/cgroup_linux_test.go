@@ -535,6 +535,30 @@ func TestKillDelete(t *testing.T) {
 	}
 }
 
+// TestRemove removes a group with a process in it by name alone, as a
+// cleanup after a restart does; a group that is not there is no error.
+func TestRemove(t *testing.T) {
+	lay := hostLayout(t)
+	t.Parallel()
+	c := newGroup(t, lay, Limits{Pids: 20})
+	ch := start(t, c, exec.Command("sh", "-c", `read x; sleep 60 & wait`))
+	ch.release(t)
+	eventually(t, 5*time.Second, "sh and a sleep", func() bool {
+		pids, err := c.Procs()
+		return err == nil && len(pids) == 2
+	})
+	if err := Remove(context.Background(), c.Name()); err != nil {
+		t.Fatal(err)
+	}
+	if ws := ch.wait(t, 5*time.Second); ws.Signal() != syscall.SIGKILL {
+		t.Errorf("sh ended with %v, want SIGKILL", ws)
+	}
+	assertGone(t, c.Name())
+	if err := Remove(context.Background(), c.Name()); err != nil {
+		t.Errorf("Remove of a group that is gone: %v", err)
+	}
+}
+
 func TestLoad(t *testing.T) {
 	lay := hostLayout(t)
 	t.Parallel()

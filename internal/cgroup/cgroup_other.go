@@ -25,6 +25,11 @@ func Load(name string) (*Cgroup, error) {
 	return nil, fmt.Errorf("loading cgroup %s: %w", name, errors.ErrUnsupported)
 }
 
+// Remove returns an error wrapping errors.ErrUnsupported.
+func Remove(_ context.Context, name string) error {
+	return fmt.Errorf("removing cgroup %s: %w", name, errors.ErrUnsupported)
+}
+
 // Name returns the group's name.
 func (c *Cgroup) Name() string { return c.name }
 

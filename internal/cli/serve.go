@@ -50,7 +50,7 @@ Environment:
 		fs.StringVar(&cfg.Listen, "listen", cfg.Listen, "`ADDR` to listen on (API and sandbox traffic)")
 		fs.StringVar(&cfg.Domain, "domain", "", "`DOMAIN` the SDKs use (E2B_DOMAIN); default: from --listen, e.g. localhost:3000")
 		fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "`DIR` for the database, templates, sandboxes and TLS files")
-		fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "isolation `BACKEND` of new sandboxes: jail (namespaces), vm (a microVM each: QEMU, KVM where /dev/kvm is usable, else emulation) or auto (vm where /dev/kvm is usable, else jail); each sandbox keeps the backend that started it")
+		fs.StringVar(&cfg.Backend, "backend", cfg.Backend, "isolation `BACKEND` of new sandboxes: jail (namespaces), gvisor (runsc: a user-space kernel between the sandbox and the host's; no sudo, no snapshots yet), vm (a microVM each: QEMU, KVM where usable, else emulation) or auto (vm where KVM is usable, else jail); each sandbox keeps the backend that started it")
 		fs.Func("template-backend", "`PAIRS` like code-interpreter-v1=vm,base=jail: the backend that starts a template's sandboxes instead of --backend's", func(s string) (err error) {
 			cfg.TemplateBackends, err = server.ParseTemplateBackends(s)
 			return err

@@ -30,10 +30,10 @@ type Config struct {
 	APIKeys []string // keys to accept in addition to the stored ones
 	TLS     bool     // serve HTTPS with a CA kept under DataDir/tls
 	// Backend is the isolation backend of new sandboxes: BackendAuto (the
-	// default), BackendJail or BackendVM. Sandboxes keep the backend that
-	// started them, which is recorded with each.
+	// default), BackendJail, BackendGvisor or BackendVM. Sandboxes keep
+	// the backend that started them, which is recorded with each.
 	Backend string
-	// TemplateBackends names, by template name, the backend (jail or vm)
+	// TemplateBackends names, by template name, the backend (jail, gvisor or vm)
 	// that starts that template's sandboxes instead of Backend.
 	TemplateBackends map[string]string
 	// VMKernel is the unpacked guest kernel of vm sandboxes; "" =
@@ -42,6 +42,9 @@ type Config struct {
 	// VMInit is the guest init of vm sandboxes; "" = "vminit" next to
 	// envd.
 	VMInit string
+	// GvisorInit is the helper of gvisor sandboxes (cmd/gvinit: their
+	// init and launcher); "" = "gvinit" next to envd.
+	GvisorInit string
 	// VMColdBoot: every vm sandbox boots its kernel, none is restored
 	// from a memory snapshot of its shape.
 	VMColdBoot bool
@@ -275,12 +278,12 @@ func (c *Config) Validate() error {
 	if c.Backend == "" {
 		c.Backend = BackendAuto
 	}
-	if _, err := chooseBackend(c.Backend, false); err != nil {
+	if _, err := backendOrder(c.Backend, false); err != nil {
 		return err
 	}
 	for tmpl, b := range c.TemplateBackends {
 		if _, built := backendMakers[b]; !built {
-			return fmt.Errorf("--template-backend %s=%s: want jail or vm", tmpl, b)
+			return fmt.Errorf("--template-backend %s=%s: want %s", tmpl, b, joinOr(slices.Sorted(maps.Keys(backendMakers))))
 		}
 	}
 	switch c.Userns {
@@ -364,6 +367,9 @@ func (c *Config) Validate() error {
 	if c.VMInit == "" {
 		c.VMInit = filepath.Join(filepath.Dir(c.EnvdPath), "vminit")
 	}
+	if c.GvisorInit == "" {
+		c.GvisorInit = filepath.Join(filepath.Dir(c.EnvdPath), "gvinit")
+	}
 	if c.VMKernel != "" && !filepath.IsAbs(c.VMKernel) {
 		return fmt.Errorf("--vm-kernel %q must be an absolute path", c.VMKernel)
 	}
@@ -435,7 +441,7 @@ func ParseTemplateBackends(s string) (map[string]string, error) {
 			return nil, fmt.Errorf("--template-backend %q: want TEMPLATE=BACKEND, e.g. code-interpreter-v1=vm", item)
 		}
 		if _, built := backendMakers[backend]; !built {
-			return nil, fmt.Errorf("--template-backend %q: backend %q: want jail or vm", item, backend)
+			return nil, fmt.Errorf("--template-backend %q: backend %q: want %s", item, backend, joinOr(slices.Sorted(maps.Keys(backendMakers))))
 		}
 		out[name] = backend
 	}

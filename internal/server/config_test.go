@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -152,23 +153,24 @@ func TestDefaultResourcesValid(t *testing.T) {
 	}
 }
 
-func TestChooseBackend(t *testing.T) {
+func TestBackendOrder(t *testing.T) {
 	for _, tc := range []struct {
 		choice  string
 		kvm     bool
-		want    string
+		want    []string
 		wantErr string
 	}{
-		{"jail", false, "jail", ""},
-		{"auto", false, "jail", ""},
-		{"auto", true, "vm", ""},
+		{"jail", false, []string{"jail"}, ""},
+		{"gvisor", false, []string{"gvisor"}, ""},
+		{"auto", false, []string{"gvisor", "jail"}, ""},
+		{"auto", true, []string{"vm", "gvisor", "jail"}, ""},
 		// vm is there on request without KVM too (TCG emulation).
-		{"vm", false, "vm", ""},
-		{"gvisor", false, "", "want auto, jail or vm"},
+		{"vm", false, []string{"vm"}, ""},
+		{"firecracker", false, nil, "want auto, gvisor, jail or vm"},
 	} {
-		got, err := chooseBackend(tc.choice, tc.kvm)
-		if got != tc.want || (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
-			t.Errorf("chooseBackend(%q, kvm %v) = %q, %v; want %q, an error saying %q", tc.choice, tc.kvm, got, err, tc.want, tc.wantErr)
+		got, err := backendOrder(tc.choice, tc.kvm)
+		if !slices.Equal(got, tc.want) || (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("backendOrder(%q, kvm %v) = %q, %v; want %q, an error saying %q", tc.choice, tc.kvm, got, err, tc.want, tc.wantErr)
 		}
 	}
 }

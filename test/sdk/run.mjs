@@ -21,10 +21,12 @@
 //
 // SDK_TEST_BACKEND=vm runs the server suite against `serve --backend vm`
 // (data dir AGENT_SANDBOX_TEST_VM_DATA_DIR, see server-process.mjs): by
-// default only the core files (VM_CORE_FILES: create, commands, PTY, files,
+// default only the core files (CORE_FILES: create, commands, PTY, files,
 // watch, getHost, timeout, pause/resume, kill), header mode only and
 // SDK_TEST_SERVER_CONCURRENCY 2: each sandbox is a VM, emulated (TCG) where
 // there is no KVM, and the run must stay within minutes in CI.
+// SDK_TEST_BACKEND=gvisor does the same against `serve --backend gvisor`
+// (data dir AGENT_SANDBOX_TEST_GVISOR_DATA_DIR), with concurrency 3.
 
 import { randomBytes } from 'node:crypto'
 import { readdirSync, writeFileSync } from 'node:fs'
@@ -47,9 +49,9 @@ const ENVD_FILE_TIMEOUT_MS = 60_000
 const SERVER_FILE_TIMEOUT_MS = 5 * 60_000
 // Server test files run side by side: each scopes its list queries by its own metadata.
 const BACKEND = process.env.SDK_TEST_BACKEND || 'jail'
-const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || (BACKEND === 'vm' ? 2 : 5))
+const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || { vm: 2, gvisor: 3 }[BACKEND] || 5)
 /** The server files that make up the SDK core every backend must pass. */
-const VM_CORE_FILES = ['lifecycle', 'router', 'ports']
+const CORE_FILES = ['lifecycle', 'router', 'ports']
 /**
  * Server files that need a server of their own, started with these flags:
  * each runs alone (jail backend, header mode) after the shared server's
@@ -238,13 +240,13 @@ async function runServerMode(mode, files, flags = []) {
 }
 
 async function runServerSuite(areas) {
-  if (BACKEND !== 'jail' && BACKEND !== 'vm') throw new Error(`unknown SDK_TEST_BACKEND '${BACKEND}' (jail, vm)`)
-  const vm = BACKEND === 'vm'
+  if (!['jail', 'gvisor', 'vm'].includes(BACKEND)) throw new Error(`unknown SDK_TEST_BACKEND '${BACKEND}' (jail, gvisor, vm)`)
+  const coreOnly = BACKEND !== 'jail'
   const isSolo = (f) => basename(f, '.test.mjs') in SOLO_FILES
-  const files = testFiles(SERVER_TEST_DIR, vm && areas.length === 0 ? VM_CORE_FILES : areas)
+  const files = testFiles(SERVER_TEST_DIR, coreOnly && areas.length === 0 ? CORE_FILES : areas)
   const shared = files.filter((f) => !isSolo(f))
-  const solo = vm ? [] : files.filter(isSolo)
-  const modes = (process.env.SDK_TEST_SERVER_MODES || (vm ? 'header' : 'header,tls')).split(',').map((m) => m.trim()).filter(Boolean)
+  const solo = coreOnly ? [] : files.filter(isSolo)
+  const modes = (process.env.SDK_TEST_SERVER_MODES || (coreOnly ? 'header' : 'header,tls')).split(',').map((m) => m.trim()).filter(Boolean)
   const results = []
   // One after the other: two servers must not share one data dir (database).
   for (const mode of modes) {

@@ -5,7 +5,9 @@
 //
 // The data directory is fixed (AGENT_SANDBOX_TEST_DATA_DIR, default
 // /var/lib/agent-sandbox-sdk-test; for the vm backend
-// AGENT_SANDBOX_TEST_VM_DATA_DIR, default /var/lib/agent-sandbox-sdk-test-vm)
+// AGENT_SANDBOX_TEST_VM_DATA_DIR, default /var/lib/agent-sandbox-sdk-test-vm;
+// for the gvisor backend AGENT_SANDBOX_TEST_GVISOR_DATA_DIR, default
+// /var/lib/agent-sandbox-sdk-test-gvisor)
 // so the base template is built once per machine and reused. Two servers must
 // not share one database, so the two modes (header routing, TLS host routing)
 // run one after the other, and each backend has its own directory.
@@ -23,6 +25,7 @@ import { REPO_ROOT } from './envd-process.mjs'
 
 export const DEFAULT_DATA_DIR = '/var/lib/agent-sandbox-sdk-test'
 export const DEFAULT_VM_DATA_DIR = '/var/lib/agent-sandbox-sdk-test-vm'
+export const DEFAULT_GVISOR_DATA_DIR = '/var/lib/agent-sandbox-sdk-test-gvisor'
 /** The TLS mode's domain: ≥ 3 labels under it, so Node accepts *.sandbox.test. */
 export const TLS_DOMAIN_NAME = 'sandbox.test'
 
@@ -40,9 +43,10 @@ export function resolveServerBin() {
   return bin
 }
 
-/** The data dir of the server for backend ('jail' or 'vm'). */
+/** The data dir of the server for backend ('jail', 'gvisor' or 'vm'). */
 export function serverDataDir(backend = 'jail') {
   if (backend === 'vm') return process.env.AGENT_SANDBOX_TEST_VM_DATA_DIR || DEFAULT_VM_DATA_DIR
+  if (backend === 'gvisor') return process.env.AGENT_SANDBOX_TEST_GVISOR_DATA_DIR || DEFAULT_GVISOR_DATA_DIR
   return process.env.AGENT_SANDBOX_TEST_DATA_DIR || DEFAULT_DATA_DIR
 }
 
@@ -98,8 +102,9 @@ function tlsHealth(port, host, caPath) {
  * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
  *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
  *
- * backend 'vm' adds --backend vm and builds base only (templates: the
- * built-ins besides base, the jail suite's by default).
+ * backend ('jail', 'gvisor' or 'vm') is passed as --backend; 'vm' and
+ * 'gvisor' build base only (templates: the built-ins besides base, the jail
+ * suite's by default).
  *
  * extraArgs are appended to the serve command line.
  *
@@ -113,7 +118,7 @@ export async function startServer({
   port,
   dataDir = serverDataDir(backend),
   apiKey = newApiKey(),
-  templates = backend === 'vm' ? [] : ['code-interpreter-v1', 'desktop', 'browser'],
+  templates = backend === 'jail' ? ['code-interpreter-v1', 'desktop', 'browser'] : [],
   extraArgs = [],
 } = {}) {
   const bin = resolveServerBin()
@@ -127,7 +132,8 @@ export async function startServer({
   // first start, as layers over base).
   const args = ['serve', '--listen', listen, '--data-dir', dataDir, '--api-key', apiKey]
   if (templates.length) args.push('--templates', templates.join(','))
-  if (backend !== 'jail') args.push('--backend', backend)
+  // Always named: auto would pick gvisor or vm where the host has them.
+  args.push('--backend', backend)
   if (tls) args.push('--tls', '--domain', domain)
   args.push(...extraArgs)
 

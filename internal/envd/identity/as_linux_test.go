@@ -14,9 +14,24 @@ import (
 
 // TestAs: what runs in As has nobody's permissions, and no thread keeps
 // them afterwards: files envd creates outside As, on any thread, while As
-// calls run beside them, are still root's.
+// calls run beside them, are still root's. Both ways of setting a
+// thread's ids are tried: file system ids (Linux) and effective ids (what
+// As does under gVisor's kernel, which has no setfsuid).
 func TestAs(t *testing.T) {
 	testenv.RequireRoot(t)
+	for _, fsIDs := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fsids=%v", fsIDs), func(t *testing.T) {
+			if fsIDs != haveFSIDs() {
+				saved := haveFSIDs
+				haveFSIDs = func() bool { return fsIDs }
+				t.Cleanup(func() { haveFSIDs = saved })
+			}
+			testAs(t)
+		})
+	}
+}
+
+func testAs(t *testing.T) {
 	nobody, err := Lookup("nobody")
 	if err != nil {
 		t.Fatal(err)

@@ -91,3 +91,33 @@ func EnvdClient(inst isolation.Instance) *http.Client {
 		},
 	}}
 }
+
+// Start starts spec on b within timeout, waits for envd as the manager
+// does, and stops the sandbox when the test ends. When envd does not
+// answer, the test fails with detail(inst) (what the backend can say of
+// the sandbox: its log, its console), if detail is set.
+func Start(t testing.TB, b isolation.Backend, spec isolation.Spec, timeout time.Duration, detail func(isolation.Instance) string) isolation.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	t0 := time.Now()
+	inst, err := b.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := inst.Stop(context.Background()); err != nil {
+			t.Errorf("Stop: %v", err)
+		}
+	})
+	t1 := time.Now()
+	if err := isolation.WaitEnvd(ctx, inst); err != nil {
+		more := ""
+		if detail != nil {
+			more = detail(inst)
+		}
+		t.Fatalf("waiting for envd: %v%s", err, more)
+	}
+	t.Logf("Start took %v, envd ready %v later", t1.Sub(t0), time.Since(t1))
+	return inst
+}

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 )
@@ -80,7 +81,7 @@ func (inst *Instance) exportChanges(ctx context.Context) error {
 	image := filepath.Join(inst.dir, diskFile)
 	// The sandbox's own mount of the image must be gone first: its loop
 	// device detaches once the last process of its mount namespace exits.
-	if err := releaseLoops(ctx, image); err != nil {
+	if err := disk.ReleaseLoops(ctx, image); err != nil {
 		return fmt.Errorf("exporting changes: %w", err)
 	}
 	ec := *inst.export
@@ -144,11 +145,11 @@ func exportMain(ec *exportConfig) error {
 		return fmt.Errorf("export: making mounts private: %w", err)
 	}
 	mount := func() error {
-		_, err := mountDisk(ec.Disk, ec.MountDir, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC)
+		_, err := disk.Mount(ec.Disk, ec.MountDir, unix.MS_RDONLY|unix.MS_NODEV|unix.MS_NOSUID|unix.MS_NOEXEC)
 		return err
 	}
 	if ec.Device != "" {
-		mount = func() error { return mountLive(ec.Device, ec.Disk, ec.MountDir) }
+		mount = func() error { return disk.MountLive(ec.Device, ec.Disk, ec.MountDir) }
 	}
 	if err := mount(); err != nil {
 		return fmt.Errorf("export: %w", err)
@@ -161,7 +162,7 @@ func exportMain(ec *exportConfig) error {
 	if entries, err := os.ReadDir(ec.Dest); err != nil || len(entries) > 0 {
 		return fmt.Errorf("export: destination %s is not an empty directory (%v)", ec.Dest, err)
 	}
-	x := &exporter{cfg: ec, src: filepath.Join(ec.MountDir, upperDir), dst: dst, links: map[[2]uint64]string{}}
+	x := &exporter{cfg: ec, src: filepath.Join(ec.MountDir, disk.UpperDir), dst: dst, links: map[[2]uint64]string{}}
 	if err := x.dir("."); err != nil {
 		return fmt.Errorf("export: %w", err)
 	}

@@ -15,13 +15,16 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/isolationtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
-	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
@@ -91,24 +94,7 @@ func testSpec(t testing.TB, res isolation.Resources) isolation.Spec {
 // the sandbox when the test ends.
 func startSandbox(t *testing.T, b *Backend, spec isolation.Spec) *Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	t0 := time.Now()
-	inst, err := b.Start(ctx, spec)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := inst.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	t1 := time.Now()
-	if err := isolation.WaitEnvd(ctx, inst); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("Start took %v, envd ready %v later", t1.Sub(t0), time.Since(t1))
-	return inst.(*Instance)
+	return isolationtest.Start(t, b, spec, 20*time.Second, nil).(*Instance)
 }
 
 type result struct {
@@ -200,7 +186,7 @@ func assertGone(t *testing.T, b *Backend, id string) {
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		loops, _ := loopsBackedBy(filepath.Join(b.dir(id), diskFile))
+		loops, _ := disk.LoopsBackedBy(filepath.Join(b.dir(id), diskFile))
 		if len(loops) == 0 {
 			break
 		}

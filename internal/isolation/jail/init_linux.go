@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
 	"slices"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 )
 
 // Descriptors the host passes to init.
@@ -91,16 +92,7 @@ func InitMain(args []string) error {
 		return err
 	}
 
-	// Signals that would end a Go program by default are caught (and
-	// dropped): only the host ends a sandbox. Caught, not ignored, so that
-	// envd does not inherit SIG_IGN.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGHUP, unix.SIGINT, unix.SIGTERM, unix.SIGQUIT,
-		unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGVTALRM, unix.SIGPROF)
-	go func() {
-		for range sigs {
-		}
-	}()
+	guest.DropSignals()
 
 	res, err := setupSandbox(&cfg, args)
 	if err != nil {
@@ -181,7 +173,7 @@ func setupSandbox(cfg *initConfig, args []string) (res setupResult, err error) {
 		return res, err
 	}
 	defer closeFds(volumes)
-	if res.diskDev, err = mountDisk(cfg.Disk, cfg.DiskDir, unix.MS_NODEV); err != nil {
+	if res.diskDev, err = disk.Mount(cfg.Disk, cfg.DiskDir, unix.MS_NODEV); err != nil {
 		return res, err
 	}
 	if err := buildRoot(cfg, lowers, base, volumes); err != nil {
@@ -261,9 +253,9 @@ func envdOf(cfg *initConfig) guest.Envd {
 // reap waits for every child (orphans are re-parented to init) until envd
 // exits, and returns how it exited.
 func reap(envdPid int) error {
-	ws, err := reapUntil(envdPid)
+	ws, err := guest.ReapUntil(envdPid)
 	if err != nil {
-		return err
+		return fmt.Errorf("init: %w", err)
 	}
 	switch {
 	case ws.Exited() && ws.ExitStatus() == 0:
@@ -274,22 +266,4 @@ func reap(envdPid int) error {
 		return fmt.Errorf("init: envd killed by signal %v", ws.Signal())
 	}
 	return fmt.Errorf("init: envd ended: %v", ws)
-}
-
-// reapUntil waits for every child (orphans are re-parented to init) until
-// pid exits, and returns its wait status.
-func reapUntil(pid int) (unix.WaitStatus, error) {
-	for {
-		var ws unix.WaitStatus
-		got, err := unix.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("init: waiting for children: %w", err)
-		}
-		if got == pid && (ws.Exited() || ws.Signaled()) {
-			return ws, nil
-		}
-	}
 }

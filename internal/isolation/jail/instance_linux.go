@@ -7,14 +7,15 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
-	"strconv"
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
-	"golang.org/x/sys/unix"
 )
 
 // Instance is one jail sandbox.
@@ -65,22 +66,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	inst.mu.Lock()
 	paused := inst.paused
 	inst.mu.Unlock()
-	if paused {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrPaused)
-	}
-	select {
-	case <-inst.done:
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrGone)
-	default:
-	}
-	c, err := inst.ns.Dial(ctx, "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-	if errors.Is(err, unix.ECONNREFUSED) {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w: %w", port, inst.id, isolation.ErrPortClosed, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, err)
-	}
-	return c, nil
+	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.done, "127.0.0.1", port)
 }
 
 // Pause implements isolation.Instance.
@@ -193,7 +179,7 @@ func (inst *Instance) stop(ctx context.Context) error {
 		inst.b.cfg.Log.Debug("sandbox network removed", "sandbox_id", inst.id, "took", time.Since(t))
 		netDone <- err
 	}()
-	errs = append(errs, inst.cg.Delete(ctx), releaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir))
+	errs = append(errs, inst.cg.Delete(ctx), disk.ReleaseLoops(ctx, inst.dir+"/"+diskFile), removeDir(inst.dir))
 	tDisk := time.Now()
 	errs = append(errs, <-netDone, inst.b.ids.Release(inst.id))
 	inst.b.cpus.release(inst.state.CPUSet)

@@ -16,13 +16,15 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-sandbox/agent-sandbox/internal/cgroup"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/proc"
 	"github.com/agent-sandbox/agent-sandbox/internal/undo"
-	"golang.org/x/sys/unix"
 )
 
 // Backend is the jail isolation backend.
@@ -35,7 +37,7 @@ type Backend struct {
 	// host supports them).
 	userns       bool
 	usernsWarned sync.Map // reasons already logged by warnNoUserns
-	disks        diskMaker
+	disks        disk.Maker
 	binaries     *binaryStore // what envd and the tools are mounted from
 	cpus         *cpuSets
 	net          *network.Host // Config.Network, or loopback only
@@ -102,7 +104,6 @@ const (
 	lowerDir = "lower" // mount point of the idmapped template, likewise
 	// layersDir holds the mount points of the idmapped Spec.Layers.
 	layersDir = "layers"
-	upperDir  = "upper" // the overlay's upper directory, on the disk image
 	// bootIDDir is the mount point of the tmpfs holding what the sandbox
 	// sees at bootIDPath, in the sandbox's mount namespace only.
 	bootIDDir = "boot"
@@ -196,9 +197,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 		}
 	}
 	image := filepath.Join(dir, diskFile)
-	rollback.Push(func(ctx context.Context) error { return releaseLoops(ctx, image) })
+	rollback.Push(func(ctx context.Context) error { return disk.ReleaseLoops(ctx, image) })
 	tDisk := time.Now()
-	if err := b.disks.make(ctx, image, res.DiskSizeMB); err != nil {
+	if err := b.disks.Make(ctx, image, res.DiskSizeMB); err != nil {
 		return nil, err
 	}
 	dDisk := time.Since(tDisk)
@@ -492,18 +493,8 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 	}
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
-	cg, err := cgroup.Load(b.cgroupName(id))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		errs = append(errs, err)
-	default:
-		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		errs = append(errs, ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx))
-		cancel()
-	}
-	errs = append(errs, b.net.Release(ctx, id))
-	errs = append(errs, releaseLoops(ctx, filepath.Join(b.dir(id), diskFile)), removeDir(b.dir(id)), b.ids.Release(id))
+	errs = append(errs, cgroup.Remove(ctx, b.cgroupName(id)), b.net.Release(ctx, id))
+	errs = append(errs, disk.ReleaseLoops(ctx, filepath.Join(b.dir(id), diskFile)), removeDir(b.dir(id)), b.ids.Release(id))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleaning up sandbox %s: %w", id, err)
 	}

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"golang.org/x/sys/unix"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 )
 
 // Paths in the sandbox's /proc and /sys that are hidden (files: /dev/null
@@ -39,23 +41,9 @@ func buildRoot(cfg *initConfig, lowers []string, base int, volumes []int) error 
 	}
 	// The disk is mounted (setupSandbox): the upper and work directories
 	// are on it.
-	upper, work := filepath.Join(cfg.DiskDir, upperDir), filepath.Join(cfg.DiskDir, "work")
-	for _, d := range []string{upper, work} {
-		if err := os.Mkdir(d, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return err
-		}
-	}
-	// The merged root directory shows the upper's owner and mode: make them
-	// the template's (as the top lower shows them, idmapped or not).
-	var root unix.Stat_t
-	if err := unix.Stat(lowers[0], &root); err != nil {
-		return fmt.Errorf("reading the template's root: %w", err)
-	}
-	if err := os.Lchown(upper, int(root.Uid), int(root.Gid)); err != nil {
+	upper, work, err := disk.MakeUpper(cfg.DiskDir, lowers[0])
+	if err != nil {
 		return err
-	}
-	if err := unix.Chmod(upper, root.Mode&0o7777); err != nil {
-		return fmt.Errorf("setting the root's mode: %w", err)
 	}
 	// The layers are named relative to the directory they share, from
 	// there: the options are in the sandbox's mountinfo, and must not
@@ -320,74 +308,6 @@ func v1Hierarchies(data []byte, ctls []string) [][]string {
 // ownedBy is the tmpfs and devpts option giving a new file system's root
 // to the sandbox's root (host id base).
 func ownedBy(base int) string { return fmt.Sprintf("uid=%d,gid=%d", base, base) }
-
-// mountDisk attaches the image to a free loop device that detaches itself
-// once unmounted, and mounts it at dir with flags. It returns the
-// device's number, which the host's I/O limits name.
-func mountDisk(image, dir string, flags uintptr) (uint64, error) {
-	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("opening disk image: %w", err)
-	}
-	defer img.Close()
-	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, fmt.Errorf("opening loop control: %w", err)
-	}
-	defer ctl.Close()
-	loopCfg := unix.LoopConfig{Fd: uint32(img.Fd())}
-	loopCfg.Info.Flags = unix.LO_FLAGS_AUTOCLEAR
-	copy(loopCfg.Info.File_name[:], image)
-	for try := 0; ; try++ {
-		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
-		if err != nil {
-			return 0, fmt.Errorf("finding a free loop device: %w", err)
-		}
-		dev, err := openLoop(n, filepath.Dir(dir))
-		if err != nil {
-			return 0, err
-		}
-		err = unix.IoctlLoopConfigure(int(dev.Fd()), &loopCfg)
-		if errors.Is(err, unix.EBUSY) && try < 100 {
-			dev.Close() // raced with another sandbox for it
-			continue
-		}
-		if err != nil {
-			dev.Close()
-			return 0, fmt.Errorf("attaching %s to %s: %w", image, dev.Name(), err)
-		}
-		var st unix.Stat_t
-		if err := unix.Fstat(int(dev.Fd()), &st); err != nil {
-			dev.Close()
-			return 0, fmt.Errorf("reading the number of %s: %w", dev.Name(), err)
-		}
-		// With AUTOCLEAR the device detaches at its last close, so it stays
-		// open until the mount holds it.
-		err = unix.Mount(dev.Name(), dir, "ext4", flags, "")
-		dev.Close()
-		if err != nil {
-			return 0, fmt.Errorf("mounting %s at %s: %w", dev.Name(), dir, err)
-		}
-		return st.Rdev, nil
-	}
-}
-
-// openLoop opens /dev/loop<n>, making a node for it in scratch (a host
-// directory of this sandbox) when the host's /dev has none.
-func openLoop(n int, scratch string) (*os.File, error) {
-	name := fmt.Sprintf("/dev/loop%d", n)
-	f, err := os.OpenFile(name, os.O_RDWR|unix.O_CLOEXEC, 0)
-	if !errors.Is(err, os.ErrNotExist) {
-		return f, err
-	}
-	node := filepath.Join(scratch, fmt.Sprintf("loop%d", n))
-	_ = os.Remove(node)
-	if err := unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(7, uint32(n)))); err != nil {
-		return nil, fmt.Errorf("making a node for loop%d: %w", n, err)
-	}
-	defer os.Remove(node)
-	return os.OpenFile(node, os.O_RDWR|unix.O_CLOEXEC, 0)
-}
 
 // Sizes of the tmpfs mounts in a sandbox. Without a size= option a tmpfs
 // may grow to half the host's memory; what is written there is charged to

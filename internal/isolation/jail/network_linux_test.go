@@ -12,12 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 )
 
 // testPoolPrefix is away from DefaultPoolPrefix, so that a server running
@@ -30,24 +31,11 @@ var testPoolPrefix = netip.MustParsePrefix("10.201.255.0/24")
 func newNetworkBackend(t *testing.T) (*Backend, *network.Pool) {
 	t.Helper()
 	testenv.RequireRoot(t)
-	testenv.LockFirewall(t)
-	existed := firewallTable(t)
 	pool, err := network.NewPool(testPoolPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw, err := network.NewFirewall(network.FirewallConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !existed {
-		t.Cleanup(func() {
-			if err := fw.Delete(context.Background()); err != nil {
-				t.Errorf("deleting firewall: %v", err)
-			}
-		})
-	}
-	host := jailtest.Network(t, filepath.Join(scratch, "run"), pool, fw)
+	host := jailtest.FirewalledNetwork(t, filepath.Join(scratch, "run"), pool)
 	return newTestBackend(t, func(c *Config) { c.Network = host }), pool
 }
 
@@ -194,13 +182,4 @@ func assertNoVeth(t *testing.T, host string) {
 			t.Errorf("firewall chain %s left", ch)
 		}
 	}
-}
-
-func firewallTable(t *testing.T) bool {
-	t.Helper()
-	exists, _, err := network.FirewallChains()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return exists
 }

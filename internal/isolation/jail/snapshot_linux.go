@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
 )
 
 // Snapshots (isolation.Instance.Snapshot). A jail's memory is the host's,
@@ -82,7 +83,7 @@ func (inst *Instance) snapshot(ctx context.Context, dir string) (err error) {
 		return err
 	}
 	image := filepath.Join(inst.dir, diskFile)
-	devs, err := loopsBackedBy(image)
+	devs, err := disk.LoopsBackedBy(image)
 	if err != nil {
 		return fmt.Errorf("finding the sandbox's disk: %w", err)
 	}
@@ -214,35 +215,6 @@ func copyDirMeta(src, dst string, times bool) error {
 		if err := unix.Lsetxattr(dst, name, val, 0); err != nil {
 			return fmt.Errorf("%s: setting %s: %w", dst, name, err)
 		}
-	}
-	return nil
-}
-
-// mountLive mounts the loop device dev ("loopN"), which holds image and
-// is mounted in a running sandbox, read-only at dir. The sandbox has the
-// file system mounted read-write, and a read-only mount of the same
-// device would ask the shared superblock to change state (EBUSY): the
-// device is mounted as it is, and the mount then made read-only.
-func mountLive(dev, image, dir string) error {
-	n, err := strconv.Atoi(strings.TrimPrefix(dev, "loop"))
-	if err != nil {
-		return fmt.Errorf("loop device %q: %w", dev, err)
-	}
-	f, err := openLoop(n, filepath.Dir(dir))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	// Open, it cannot be detached and given to another image meanwhile.
-	if !loopBacks(dev, image) {
-		return fmt.Errorf("%s no longer holds %s", dev, image)
-	}
-	const flags = unix.MS_NODEV | unix.MS_NOSUID | unix.MS_NOEXEC
-	if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), dir, "ext4", flags, ""); err != nil {
-		return fmt.Errorf("mounting %s at %s: %w", dev, dir, err)
-	}
-	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|flags, ""); err != nil {
-		return fmt.Errorf("making %s read-only: %w", dir, err)
 	}
 	return nil
 }

@@ -10,9 +10,10 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
-	"golang.org/x/sys/unix"
 )
 
 // maxUserNamespacesFile is the kernel's limit on user namespaces; 0

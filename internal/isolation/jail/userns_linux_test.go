@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/idmap"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
-	"golang.org/x/sys/unix"
 )
 
 func TestDecideUserns(t *testing.T) {

@@ -473,17 +473,7 @@ func (b *Backend) Cleanup(ctx context.Context, id string, _ json.RawMessage) err
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	// Killing the cgroup ends QEMU, whose pid may be anyone's by now.
-	cg, err := cgroup.Load(b.cgroupName(id))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		errs = append(errs, err)
-	default:
-		kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		errs = append(errs, ignoreNotExist(cg.Kill(kctx)), cg.Delete(kctx))
-		cancel()
-	}
-	errs = append(errs, b.net.Release(ctx, id), removeDir(b.dir(id)), b.ids.Release(id))
+	errs = append(errs, cgroup.Remove(ctx, b.cgroupName(id)), b.net.Release(ctx, id), removeDir(b.dir(id)), b.ids.Release(id))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("cleaning up sandbox %s: %w", id, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"sync"
 	"time"
 
@@ -87,22 +86,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	inst.mu.Lock()
 	paused := inst.paused
 	inst.mu.Unlock()
-	if paused {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrPaused)
-	}
-	select {
-	case <-inst.done:
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, isolation.ErrGone)
-	default:
-	}
-	c, err := inst.ns.Dial(ctx, "tcp", net.JoinHostPort(inst.state.Address.String(), strconv.Itoa(port)))
-	if errors.Is(err, unix.ECONNREFUSED) {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w: %w", port, inst.id, isolation.ErrPortClosed, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, inst.id, err)
-	}
-	return c, nil
+	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.done, inst.state.Address.String(), port)
 }
 
 // Pause implements isolation.Instance: the vCPUs stop (QMP stop); the

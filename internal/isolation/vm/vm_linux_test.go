@@ -62,7 +62,7 @@ func buildPieces() {
 	if b.envd, b.err = jailtest.BuildEnvd(dir); b.err != nil {
 		return
 	}
-	if b.init, b.err = jailtest.BuildVMInit(dir); b.err != nil {
+	if b.init, b.err = jailtest.BuildCommand(dir, "vminit"); b.err != nil {
 		return
 	}
 	root := filepath.Join(dir, "rootfs")
@@ -86,7 +86,6 @@ func newTestBackend(t *testing.T, opts ...func(*Config)) *Backend {
 	testenv.Require(t, err == nil, fmt.Sprintf("the guest kernel: %v", err))
 	_, err = exec.LookPath("qemu-system-x86_64")
 	testenv.Require(t, err == nil, "QEMU (qemu-system-x86): run scripts/install-deps.sh --vm")
-	testenv.LockFirewall(t)
 	buildOnce.Do(buildPieces)
 	if built.err != nil {
 		t.Fatal(built.err)
@@ -95,21 +94,7 @@ func newTestBackend(t *testing.T, opts ...func(*Config)) *Backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fw, err := network.NewFirewall(network.FirewallConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A firewall table that was there belongs to a server's sandboxes.
-	if existed, _, err := network.FirewallChains(); err != nil {
-		t.Fatal(err)
-	} else if !existed {
-		t.Cleanup(func() {
-			if err := fw.Delete(context.Background()); err != nil {
-				t.Errorf("deleting firewall: %v", err)
-			}
-		})
-	}
-	host := jailtest.Network(t, filepath.Join(scratch, "run"), pool, fw)
+	host := jailtest.FirewalledNetwork(t, filepath.Join(scratch, "run"), pool)
 	return newBackendOn(t, host, opts...)
 }
 
@@ -154,24 +139,9 @@ func testSpec() isolation.Spec {
 // sandbox when the test ends.
 func start(t *testing.T, b *Backend, spec isolation.Spec) *Instance {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	t0 := time.Now()
-	inst, err := b.Start(ctx, spec)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := inst.Stop(context.Background()); err != nil {
-			t.Errorf("Stop: %v", err)
-		}
-	})
-	t1 := time.Now()
-	if err := isolation.WaitEnvd(ctx, inst); err != nil {
-		t.Fatalf("waiting for envd: %v; console:\n%s", err, inst.(*Instance).console.bytes())
-	}
-	t.Logf("Start took %v, envd ready %v later (boot to envd)", t1.Sub(t0), time.Since(t1))
-	return inst.(*Instance)
+	return isolationtest.Start(t, b, spec, 90*time.Second, func(inst isolation.Instance) string {
+		return "; console:\n" + string(inst.(*Instance).console.bytes())
+	}).(*Instance)
 }
 
 func sh(t *testing.T, inst *Instance, token, script string) string {

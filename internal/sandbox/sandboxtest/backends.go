@@ -66,7 +66,7 @@ func (s *Stack) backend(t testing.TB, cfg Config, host *network.Host, log *slog.
 		if cfg.Userns != "" {
 			t.Fatalf("user namespace mode %q: a jail option, and the backend is vm", cfg.Userns)
 		}
-		init, err := jailtest.BuildVMInit(s.Dir)
+		init, err := jailtest.BuildCommand(s.Dir, "vminit")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/mountinfo"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
 // CleanupRunDir has t, when it ends, remove what a backend on runDir with
@@ -45,4 +46,30 @@ func Network(t testing.TB, runDir string, pool *network.Pool, fw *network.Firewa
 		t.Fatal(err)
 	}
 	return host
+}
+
+// FirewalledNetwork is Network over pool and the host firewall, for a
+// backend test whose sandboxes have addresses: it takes
+// the host-wide firewall lock for the test (testenv.LockFirewall) and
+// deletes the firewall table when the test ends, unless the table was
+// there before (it then belongs to a server's sandboxes).
+func FirewalledNetwork(t testing.TB, runDir string, pool *network.Pool) *network.Host {
+	t.Helper()
+	testenv.LockFirewall(t)
+	fw, err := network.NewFirewall(network.FirewallConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	existed, _, err := network.FirewallChains()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !existed {
+		t.Cleanup(func() {
+			if err := fw.Delete(context.Background()); err != nil {
+				t.Errorf("deleting firewall: %v", err)
+			}
+		})
+	}
+	return Network(t, runDir, pool, fw)
 }

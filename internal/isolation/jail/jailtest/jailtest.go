@@ -157,15 +157,11 @@ func copyFile(src, dst string, mode os.FileMode) error {
 
 // BuildEnvd builds envd (static, as sandboxes need it) into dir and returns
 // its path.
-func BuildEnvd(dir string) (string, error) { return buildStatic(dir, "envd") }
+func BuildEnvd(dir string) (string, error) { return BuildCommand(dir, "envd") }
 
-// BuildVMInit builds the vm backend's guest init (cmd/vminit, static: it
-// runs from the initramfs) into dir and returns its path.
-func BuildVMInit(dir string) (string, error) { return buildStatic(dir, "vminit") }
-
-// buildStatic builds the command cmd/<name> of this module, without cgo,
-// into dir/<name>.
-func buildStatic(dir, name string) (string, error) {
+// BuildCommand builds the project's command cmd/<name> (static, as
+// sandboxes need it) into dir and returns its path.
+func BuildCommand(dir, name string) (string, error) {
 	p := filepath.Join(dir, name)
 	cmd := exec.Command("go", "build", "-o", p, "github.com/agent-sandbox/agent-sandbox/cmd/"+name)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

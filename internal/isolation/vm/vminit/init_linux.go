@@ -1,15 +1,12 @@
 package vminit
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"runtime"
-	"strconv"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
@@ -33,16 +30,7 @@ func Main() {
 		fmt.Fprintln(os.Stderr, "vminit: not running as PID 1 (it is the init of a VM)")
 		os.Exit(2)
 	}
-	// Signals that would end a Go program by default are caught and
-	// dropped: PID 1 ending panics the guest kernel. Caught, not ignored,
-	// so that envd does not inherit SIG_IGN.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, unix.SIGHUP, unix.SIGINT, unix.SIGTERM, unix.SIGQUIT,
-		unix.SIGUSR1, unix.SIGUSR2, unix.SIGPIPE, unix.SIGALRM, unix.SIGVTALRM, unix.SIGPROF)
-	go func() {
-		for range sigs {
-		}
-	}()
+	guest.DropSignals()
 
 	start := time.Now()
 	envdPid, logged, err := boot()
@@ -51,7 +39,7 @@ func Main() {
 	}
 	fmt.Fprintf(os.Stderr, "vminit: envd started (pid %d, %v after init)\n", envdPid, time.Since(start).Round(time.Millisecond))
 	go serveRequests()
-	ws, err := reapUntil(envdPid)
+	ws, err := guest.ReapUntil(envdPid)
 	if err != nil {
 		halt("%v", err)
 	}
@@ -61,7 +49,7 @@ func Main() {
 	case <-logged:
 	case <-time.After(200 * time.Millisecond):
 	}
-	halt("envd exited: %s", exitStatus(ws))
+	halt("envd exited: %s", guest.ExitStatus(ws))
 }
 
 // halt prints the reason and reboots the VM.
@@ -137,7 +125,7 @@ func boot() (int, <-chan struct{}, error) {
 	logged := make(chan struct{})
 	go func() {
 		defer close(logged)
-		copyLines(os.Stdout, io.LimitReader(logr, guest.EnvdLogLimit), "envd: ")
+		guest.CopyLines(os.Stdout, io.LimitReader(logr, guest.EnvdLogLimit), "envd: ")
 		_, _ = io.Copy(io.Discard, logr)
 	}()
 	return pid, logged, nil
@@ -181,56 +169,4 @@ func waitFor(devs ...string) error {
 		}
 	}
 	return nil
-}
-
-// reapUntil waits for every child (orphans are re-parented to init) until
-// pid exits, and returns its wait status.
-func reapUntil(pid int) (unix.WaitStatus, error) {
-	for {
-		var ws unix.WaitStatus
-		got, err := unix.Wait4(-1, &ws, 0, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("waiting for children: %w", err)
-		}
-		if got == pid && (ws.Exited() || ws.Signaled()) {
-			return ws, nil
-		}
-	}
-}
-
-func exitStatus(ws unix.WaitStatus) string {
-	switch {
-	case ws.Exited():
-		return "exit status " + strconv.Itoa(ws.ExitStatus())
-	case ws.Signaled():
-		return "killed by signal " + unix.SignalName(ws.Signal())
-	}
-	return fmt.Sprintf("wait status %#x", uint32(ws))
-}
-
-// copyLines copies r to w line by line, each line after prefix, so that
-// nothing envd or the sandbox prints can pass for init's own "vminit: "
-// lines on the console.
-func copyLines(w io.Writer, r io.Reader, prefix string) {
-	br := bufio.NewReaderSize(r, 4096)
-	atStart := true
-	for {
-		line, err := br.ReadSlice('\n')
-		if len(line) > 0 {
-			if atStart {
-				_, _ = io.WriteString(w, prefix)
-			}
-			_, _ = w.Write(line)
-			atStart = line[len(line)-1] == '\n'
-		}
-		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
-			if !atStart {
-				_, _ = io.WriteString(w, "\n")
-			}
-			return
-		}
-	}
 }
