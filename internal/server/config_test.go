@@ -162,8 +162,9 @@ func TestBackendOrder(t *testing.T) {
 	}{
 		{"jail", false, []string{"jail"}, ""},
 		{"gvisor", false, []string{"gvisor"}, ""},
-		{"auto", false, []string{"gvisor", "jail"}, ""},
-		{"auto", true, []string{"vm", "gvisor", "jail"}, ""},
+		// gvisor only on request (backendOrder says why).
+		{"auto", false, []string{"jail"}, ""},
+		{"auto", true, []string{"vm", "jail"}, ""},
 		// vm is there on request without KVM too (TCG emulation).
 		{"vm", false, []string{"vm"}, ""},
 		{"firecracker", false, nil, "want auto, gvisor, jail or vm"},
@@ -187,7 +188,7 @@ func TestParseTemplateBackends(t *testing.T) {
 		{"base", nil, "want TEMPLATE=BACKEND"},
 		{"=vm", nil, "want TEMPLATE=BACKEND"},
 		{"base=", nil, "want TEMPLATE=BACKEND"},
-		{"base=auto", nil, `backend "auto": want jail or vm`},
+		{"base=auto", nil, `backend "auto": want gvisor, jail or vm`},
 	} {
 		got, err := ParseTemplateBackends(tc.in)
 		if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) || (err == nil && !maps.Equal(got, tc.want)) {
