@@ -203,6 +203,16 @@ func buildReason(err error, stopping bool) store.BuildReason {
 	if errors.As(err, &se) {
 		return store.BuildReason{Message: se.Error(), Step: strconv.Itoa(se.Step), LogTail: se.LogTail}
 	}
+	// E2B's step name, which the SDK maps to the setStartCmd or
+	// setReadyCmd call in the BuildError's stack.
+	var ready *template.ReadyError
+	if errors.As(err, &ready) {
+		msg := ready.Error()
+		if ready.Timeout > 0 {
+			msg += "\n(the server's limit for a build's ready command: serve --build-ready-timeout)"
+		}
+		return store.BuildReason{Message: msg, Step: template.FinalizeStep, LogTail: ready.LogTail}
+	}
 	// The registry client's text around it repeats the refusal per URL
 	// scheme it tried.
 	var re *fetch.RefusedError

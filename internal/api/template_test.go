@@ -280,6 +280,60 @@ func TestTemplateBuildStepFailure(t *testing.T) {
 	}
 }
 
+// Every ready command the Template SDK can express reaches the builder:
+// waitForPort with a start command as a port the server dials, anything
+// else as a command polled at build and at create.
+func TestTemplateReadyCmd(t *testing.T) {
+	for _, c := range []struct {
+		name, start, ready string
+		port               int
+		cmd                string
+	}{
+		{"waitForPort", "python3 -m http.server 8000", `[ -n \"$(ss -Htuln sport = :8000)\" ]`, 8000, ""},
+		{"waitForPort without a start command", "", `[ -n \"$(ss -Htuln sport = :8000)\" ]`, 0, `[ -n "$(ss -Htuln sport = :8000)" ]`},
+		{"waitForURL", "srv", `curl -s -o /dev/null -w \"%{http_code}\" http://localhost:3000/health | grep -q \"200\"`, 0,
+			`curl -s -o /dev/null -w "%{http_code}" http://localhost:3000/health | grep -q "200"`},
+		{"waitForFile", "srv", `[ -f /tmp/ready ]`, 0, `[ -f /tmp/ready ]`},
+		{"waitForProcess", "srv", `pgrep nginx > /dev/null`, 0, `pgrep nginx > /dev/null`},
+		{"waitForTimeout", "", `sleep 3`, 0, `sleep 3`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeBuilder{}
+			h := newTemplateAPI(t, f)
+			var req templateView
+			call(t, h, "POST", "/v3/templates", `{"name":"ready"}`, nil, &req)
+			body := `{"fromTemplate":"base","startCmd":"` + c.start + `","readyCmd":"` + c.ready + `"}`
+			if code := call(t, h, "POST", "/v2/templates/ready/builds/"+req.BuildID, body, nil, nil); code != 202 {
+				t.Fatalf("trigger: %d", code)
+			}
+			waitBuild(t, h, "ready", req.BuildID)
+			if len(f.specs) != 1 || f.specs[0].StartCmd != c.start || f.specs[0].ReadyPort != c.port || f.specs[0].ReadyCmd != c.cmd {
+				t.Errorf("specs %+v\nwant start %q, ready port %d, ready command %q", f.specs, c.start, c.port, c.cmd)
+			}
+		})
+	}
+}
+
+// A ready command that does not succeed fails the build at E2B's step
+// "finalize", naming the command and the server's limit.
+func TestTemplateBuildNotReady(t *testing.T) {
+	f := &fakeBuilder{fail: fmt.Errorf("building template x: %w", &template.ReadyError{
+		StartCmd: "srv", ReadyCmd: "false", Timeout: 30 * time.Second, ReadyExit: 1, LogTail: []string{"listening"}})}
+	h := newTemplateAPI(t, f)
+	var req templateView
+	call(t, h, "POST", "/v3/templates", `{"name":"slow"}`, nil, &req)
+	if code := call(t, h, "POST", "/v2/templates/slow/builds/"+req.BuildID, `{"fromTemplate":"base","startCmd":"srv","readyCmd":"false"}`, nil, nil); code != 202 {
+		t.Fatalf("trigger: %d", code)
+	}
+	st := waitBuild(t, h, "slow", req.BuildID)
+	want := `ready command "false" did not succeed within 30s (its last run exited with code 1); last output:` + "\n  listening\n" +
+		"(the server's limit for a build's ready command: serve --build-ready-timeout)"
+	if st.Status != "error" || st.Reason == nil || st.Reason.Step != "finalize" || st.Reason.Message != want ||
+		len(st.Reason.LogEntries) != 1 || st.Reason.LogEntries[0].Step != "finalize" {
+		t.Errorf("status %s, reason %+v\nwant step finalize and message %q", st.Status, st.Reason, want)
+	}
+}
+
 // TestTemplateBuildRefusedPull: a pull the fetch rules refused fails the
 // build with the refusal alone, not the registry client's text around it.
 func TestTemplateBuildRefusedPull(t *testing.T) {
@@ -345,7 +399,7 @@ func TestTemplateAPIValidation(t *testing.T) {
 		{"copy bad hash", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/a"],"filesHash":"xyz"}]}`, nil, 400, "filesHash"},
 		{"copy mode", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/a","","0755"],"filesHash":"` + testHash + `"}]}`, nil, 400, "mode 0755"},
 		{"copy escapes", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["../a","/a"],"filesHash":"` + testHash + `"}]}`, nil, 400, "outside the build context"},
-		{"ready cmd", "POST", trigger, `{"fromTemplate":"base","startCmd":"x","readyCmd":"sleep 20"}`, nil, 400, "only waitForPort"},
+		{"long ready cmd", "POST", trigger, `{"fromTemplate":"base","startCmd":"x","readyCmd":"` + strings.Repeat("x", 70000) + `"}`, nil, 400, "longer than 65536 bytes"},
 		{"from itself", "POST", trigger, `{"fromTemplate":"ok"}`, nil, 400, "is not another template's name"},
 		{"bad offset", "GET", "/templates/ok/builds/" + req.BuildID + "/status?logsOffset=-1", "", nil, 400, "logsOffset"},
 		{"unknown build status", "GET", "/templates/ok/builds/nope/status", "", nil, 404, `build "nope"`},

@@ -205,6 +205,7 @@ func addBuildFlags(fs *flag.FlagSet, cfg *server.Config) {
 	fs.StringVar(&cfg.BuildEgressPolicy, "build-egress-policy", "", "JSON `FILE` with the egress ceiling of template build steps, as for --egress-policy; default: the package registries (the --mirror is always allowed)")
 	fs.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", cfg.BuildStepTimeout, "longest a template build step (RUN, package install) may run, as a `DURATION`; 0 = no bound")
 	fs.DurationVar(&cfg.BuildTimeout, "build-timeout", cfg.BuildTimeout, "longest one template's build may take, as a `DURATION`; 0 = no bound")
+	fs.DurationVar(&cfg.BuildReadyTimeout, "build-ready-timeout", cfg.BuildReadyTimeout, "longest a build waits for its template's ready command (the Template SDK's setReadyCmd, waitFor*) to succeed, as a `DURATION`")
 	fs.IntVar(&cfg.BuildMemoryMB, "build-memory-mb", cfg.BuildMemoryMB, "memory limit of each template build step's sandbox, in `MB`")
 	fs.IntVar(&cfg.BuildDiskMB, "build-disk-mb", cfg.BuildDiskMB, "disk size of each template build step's sandbox, in `MB`: the most one step may write")
 }

@@ -145,6 +145,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	// Every build step that runs a command runs in a sandbox of its own.
 	s.templates.Steps = s.manager
 	s.templates.StepTimeout, s.templates.BuildTimeout = cfg.BuildStepTimeout, cfg.BuildTimeout
+	s.templates.ReadyTimeout = cfg.BuildReadyTimeout
 	if s.builds, err = api.NewTemplateBuilds(ctx, api.TemplateConfig{
 		Builder:         apiBuilder{s.templates},
 		Records:         st,

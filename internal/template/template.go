@@ -78,6 +78,9 @@ type Builder struct {
 	// BuildTimeout bounds the build of one template (not the template it
 	// starts from, which is a build of its own); zero: no bound.
 	BuildTimeout time.Duration
+	// ReadyTimeout bounds how long a build waits for its template's ready
+	// command (Spec.ReadyCmd) to succeed; zero: DefaultReadyTimeout.
+	ReadyTimeout time.Duration
 
 	// Test seams: bootstrap replaces the debootstrap stage; hook sees
 	// every progress event.

@@ -194,7 +194,7 @@ async function runServerMode(mode, files, flags = []) {
   try {
     // A server of its own builds no templates but base.
     const templates = flags.length ? { templates: [] } : {}
-    server = await startServer({ mode, backend: BACKEND, extraArgs: ['--registry', registry.host, ...flags], ...templates })
+    server = await startServer({ mode, backend: BACKEND, extraArgs: ['--registry', registry.host, '--build-ready-timeout', '20s', ...flags], ...templates })
   } catch (err) {
     await registry.close()
     console.error(`server (${mode}) setup failed: ${err.message}`)
