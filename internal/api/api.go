@@ -26,6 +26,7 @@ type Sandboxes interface {
 	CreateSnapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (store.Snapshot, error)
 	ListSnapshots(ctx context.Context, q sandbox.SnapshotQuery) ([]store.Snapshot, string, error)
 	DeleteSnapshot(ctx context.Context, ref string) error
+	DeleteTemplate(ctx context.Context, name string, remove func(context.Context) error) error
 	Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error)
 	UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
@@ -158,7 +159,7 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/fork", h.auth(h.fork))
 	h.mux.Handle("POST /sandboxes/{id}/snapshots", h.auth(h.createSnapshot))
 	h.mux.Handle("GET /snapshots", h.auth(h.listSnapshots))
-	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteSnapshot))
+	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteTemplate))
 	if h.templates != nil {
 		h.templateRoutes()
 	}

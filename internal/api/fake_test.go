@@ -48,6 +48,9 @@ type fakeSandboxes struct {
 	forks     [][2]int
 	snapshots []store.Snapshot
 	deleted   []string
+	// templateUsers, when set, is what DeleteTemplate finds running over
+	// a template (it then refuses, as the manager does).
+	templateUsers string
 }
 
 func newFake(sbs ...store.Sandbox) *fakeSandboxes {
@@ -306,6 +309,16 @@ func (f *fakeSandboxes) ListSnapshots(ctx context.Context, q sandbox.SnapshotQue
 		next = strconv.Itoa(end)
 	}
 	return append([]store.Snapshot{}, all[start:end]...), next, nil
+}
+
+func (f *fakeSandboxes) DeleteTemplate(ctx context.Context, name string, remove func(context.Context) error) error {
+	f.mu.Lock()
+	users := f.templateUsers
+	f.mu.Unlock()
+	if users != "" {
+		return &testError{msg: fmt.Sprintf("cannot delete template '%s' because there are running or paused sandboxes using it (%s); kill them first", name, users), kind: sandbox.ErrInvalid}
+	}
+	return remove(ctx)
 }
 
 func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, ref string) error {

@@ -27,6 +27,10 @@ const (
 
 // buildRun is a triggered build that has not finished: its log so far.
 type buildRun struct {
+	// template is the template built, from the template it starts from
+	// (a name or a version ID, as the spec has it).
+	template, from string
+
 	mu      sync.Mutex // guards logs and dropped
 	logs    []store.BuildLogEntry
 	dropped int
@@ -140,7 +144,7 @@ func (t *TemplateBuilds) start(ctx context.Context, b store.TemplateBuild, spec 
 	if err := t.records.StartTemplateBuild(ctx, b.Template, b.ID); err != nil {
 		return err
 	}
-	run := &buildRun{}
+	run := &buildRun{template: b.Template, from: spec.From}
 	t.runs[b.ID] = run
 	t.contexts.hold(spec)
 	t.wg.Add(1)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,28 @@ func (f *fakeBuilder) Build(ctx context.Context, spec template.Spec, log *slog.L
 
 func (f *fakeBuilder) ContextArchive(h string) string { return filepath.Join(f.dir, h+".tar") }
 
+func (f *fakeBuilder) List() ([]template.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []template.Template
+	for _, t := range f.built {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b template.Template) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (f *fakeBuilder) Remove(_ context.Context, ref string) ([]template.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.built[ref]
+	if !ok {
+		return nil, template.ErrNotFound
+	}
+	delete(f.built, ref)
+	return []template.Template{*t}, nil
+}
+
 func (f *fakeBuilder) Lookup(ref string) (*template.Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -77,7 +100,7 @@ func newTemplateAPI(t testing.TB, f *fakeBuilder) *Handler {
 	}
 	f.dir, f.built = t.TempDir(), map[string]*template.Template{}
 	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxContextBytes: 1 << 20,
-		Max: sandbox.Maxima{CPUCount: 4, MemoryMB: 4096}, SandboxDiskMB: 1024})
+		Max: sandbox.Maxima{CPUCount: 4, MemoryMB: 4096}, SandboxDiskMB: 1024, Defaults: sandbox.Maxima{CPUCount: 2, MemoryMB: 512}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,6 +354,88 @@ func TestTemplateBuildNotReady(t *testing.T) {
 	if st.Status != "error" || st.Reason == nil || st.Reason.Step != "finalize" || st.Reason.Message != want ||
 		len(st.Reason.LogEntries) != 1 || st.Reason.LogEntries[0].Step != "finalize" {
 		t.Errorf("status %s, reason %+v\nwant step finalize and message %q", st.Status, st.Reason, want)
+	}
+}
+
+// GET /templates lists every template in E2B's shape, DELETE
+// /templates/{id} deletes one (by name or name:tag) once nothing runs
+// over it.
+func TestTemplateListAndDelete(t *testing.T) {
+	f := &fakeBuilder{}
+	h := newTemplateAPI(t, f)
+	builtAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.built["base"] = &template.Template{Name: "base", ID: "base-0123456789ab", BuiltAt: builtAt}
+	build := func(name, body string) string {
+		var req templateView
+		call(t, h, "POST", "/v3/templates", body, nil, &req)
+		if code := call(t, h, "POST", "/v2/templates/"+name+"/builds/"+req.BuildID, `{"fromTemplate":"base"}`, nil, nil); code != 202 {
+			t.Fatalf("trigger %s: %d", name, code)
+		}
+		waitBuild(t, h, name, req.BuildID)
+		return req.BuildID
+	}
+	demoBuild := build("demo", `{"name":"demo","cpuCount":1,"memoryMB":768}`)
+	build("other", `{"name":"other"}`)
+
+	var list []templateListItem
+	if code := call(t, h, "GET", "/templates?teamID=x", "", nil, &list); code != 200 {
+		t.Fatalf("list: %d", code)
+	}
+	var got []string
+	for _, it := range list {
+		got = append(got, fmt.Sprintf("%s %s %s %d cpu=%d mem=%d disk=%d envd=%s builds=%d", it.TemplateID, it.BuildID, it.BuildStatus,
+			len(it.Aliases), it.CPUCount, it.MemoryMB, it.DiskSizeMB, it.EnvdVersion, it.BuildCount))
+	}
+	want := []string{
+		"base base-0123456789ab ready 1 cpu=2 mem=512 disk=1024 envd=0.6.4 builds=1",
+		"demo " + demoBuild + " ready 1 cpu=1 mem=768 disk=1024 envd=0.6.4 builds=1",
+	}
+	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || !strings.HasPrefix(got[2], "other ") {
+		t.Errorf("list:\n%s\nwant base and demo as\n%s\nthen other", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The fields the CLI prints and E2B's schema requires are there.
+	var raw []map[string]any
+	call(t, h, "GET", "/templates", "", nil, &raw)
+	for _, key := range []string{"templateID", "buildID", "buildStatus", "buildCount", "cpuCount", "memoryMB", "diskSizeMB", "envdVersion",
+		"public", "aliases", "names", "createdBy", "createdAt", "updatedAt", "lastSpawnedAt", "spawnCount"} {
+		if _, ok := raw[0][key]; !ok {
+			t.Errorf("list item lacks %s: %v", key, raw[0])
+		}
+	}
+
+	fake := h.sandboxes.(*fakeSandboxes)
+	fake.templateUsers = "i1"
+	var e errorBody
+	if code := call(t, h, "DELETE", "/templates/demo", "", nil, &e); code != 400 || !strings.Contains(e.Message, "running or paused sandboxes using it (i1)") {
+		t.Errorf("delete while in use: %d %+v", code, e)
+	}
+	fake.templateUsers = ""
+	if code := call(t, h, "DELETE", "/templates/demo%3Adefault", "", nil, nil); code != 204 {
+		t.Fatalf("delete demo:default: %d", code)
+	}
+	if _, ok := f.built["demo"]; ok {
+		t.Error("demo's files are still in the cache")
+	}
+	if code := call(t, h, "GET", "/templates/demo/tags", "", nil, nil); code != 404 {
+		t.Errorf("tags of the deleted template: %d, want 404", code)
+	}
+	call(t, h, "GET", "/templates", "", nil, &list)
+	if len(list) != 2 || list[1].TemplateID != "other" {
+		t.Errorf("list after the delete: %+v", list)
+	}
+	for _, c := range []struct {
+		path    string
+		status  int
+		message string
+	}{
+		{"/templates/demo", 404, "template 'demo' not found"},
+		{"/templates/base", 400, "template 'base' is built in"},
+		{"/templates/No%20Such", 404, "snapshot 'No Such' not found"},
+	} {
+		e = errorBody{}
+		if code := call(t, h, "DELETE", c.path, "", nil, &e); code != c.status || !strings.Contains(e.Message, c.message) {
+			t.Errorf("DELETE %s: %d %+v, want %d with %q", c.path, code, e, c.status, c.message)
+		}
 	}
 }
 

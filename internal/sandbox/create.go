@@ -67,6 +67,11 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, fmt.Errorf("looking up template %q: %w", req.Template, err)
 	}
+	release, err := m.useTemplate(tmpl.Name)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer release()
 	backend := m.backendFor(tmpl)
 	if err := m.checkPolicy(backend, req); err != nil {
 		return store.Sandbox{}, err

@@ -244,6 +244,12 @@ type Manager struct {
 	snapMu sync.Mutex
 	pins   map[string]int
 
+	// tmplMu guards tmplUse, the template names creates in flight hold
+	// (templates.go), and deleting, those being deleted.
+	tmplMu   sync.Mutex
+	tmplUse  map[string]int
+	deleting map[string]bool
+
 	mu        sync.Mutex // guards the fields below and those of the pools
 	sandboxes map[string]*sandbox
 	pools     map[string]*pool // by template name
@@ -331,6 +337,8 @@ func New(cfg Config) (*Manager, error) {
 		sandboxes: map[string]*sandbox{},
 		steps:     map[string]bool{},
 		pins:      map[string]int{},
+		tmplUse:   map[string]int{},
+		deleting:  map[string]bool{},
 		pools:     newPools(cfg.WarmPools, cfg.Now()),
 	}, nil
 }

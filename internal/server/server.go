@@ -153,6 +153,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Log:             log.With("component", "template-api"),
 		Max:             cfg.maxima(),
 		SandboxDiskMB:   sandbox.DefaultDiskMB,
+		Defaults:        sandbox.Maxima{CPUCount: cfg.CPUCount, MemoryMB: cfg.MemoryMB},
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}

@@ -10,12 +10,19 @@ import { after, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { BuildError, Sandbox, Template, waitForFile, waitForURL } from 'e2b'
 
-import { killCreated, mode, runTag, RUN_META_KEY, track } from './helpers.mjs'
-
-after(killCreated)
+import { apiFetch, killCreated, mode, runTag, RUN_META_KEY, track } from './helpers.mjs'
 
 /** Names of this run's own: a cached build would not run its check again. */
 const name = (what) => `sdk-test-ready-${what}-${mode}-${runTag}`
+
+// Their sandboxes first: a template is not deleted while one runs.
+after(async () => {
+  await killCreated()
+  for (const what of ['sleep', 'url', 'file']) {
+    const res = await apiFetch(`/templates/${name(what)}`, { method: 'DELETE' })
+    assert.ok(res.status === 204 || res.status === 404, `DELETE /templates/${name(what)}: ${res.status} ${await res.text()}`)
+  }
+})
 
 /** What run.mjs passes as serve --build-ready-timeout. */
 const BUILD_READY_TIMEOUT = '20s'
