@@ -141,6 +141,8 @@ func New(cfg Config) (*Handler, error) {
 // routes registers every endpoint; handlers live in one file per group.
 func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /health", h.health)
+	// The link the E2B CLI prints; a browser sends no API key.
+	h.mux.HandleFunc("GET /dashboard/inspect/sandbox/{id}", h.inspectSandbox)
 
 	h.mux.Handle("POST /sandboxes", h.auth(h.createV1))
 	h.mux.Handle("POST /v2/sandboxes", h.auth(h.createV2))

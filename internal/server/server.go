@@ -237,7 +237,7 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("opening the TLS CA: %w", err)
 		}
-		cert, err := ca.ServerCertificate(s.cfg.Domain)
+		cert, err := ca.ServerCertificate(s.cfg.Domain, s.certHosts()...)
 		if err != nil {
 			return err
 		}
@@ -301,15 +301,37 @@ func (s *Server) printSettings(w io.Writer) {
 		scheme = "https"
 	}
 	base := scheme + "://" + s.listenURLHost()
+	caPath := filepath.Join(s.cfg.DataDir, "tls", "ca.pem")
 	fmt.Fprintf(w, "\nagent-sandbox is ready on %s\n\nPoint the E2B SDK at it (header routing over one URL):\n\n", base)
 	// The volume content API has a URL of its own in the SDKs.
-	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_VOLUME_API_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_VOLUME_API_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n",
 		base, base, base, s.cfg.Domain, key)
+	if s.cfg.TLS {
+		fmt.Fprintf(w, "  export NODE_EXTRA_CA_CERTS=%s\n", caPath)
+	}
+	fmt.Fprintln(w)
 	if s.cfg.TLS {
 		fmt.Fprintf(w, "or with host routing (api.%[1]s and *.%[1]s must resolve to this machine):\n\n", s.cfg.Domain)
 		fmt.Fprintf(w, "  export E2B_DOMAIN=%s\n  export NODE_EXTRA_CA_CERTS=%s\n  export E2B_API_KEY=%s\n\n",
-			s.cfg.Domain, filepath.Join(s.cfg.DataDir, "tls", "ca.pem"), key)
+			s.cfg.Domain, caPath, key)
 	}
+}
+
+// certHosts are the names and addresses besides the domain that clients
+// reach the server by, for its TLS certificate: the listen address, which
+// the printed header-routing settings use (127.0.0.1 for an unspecified
+// one, which covers loopback only: other addresses are not printed), and
+// localhost on loopback.
+func (s *Server) certHosts() []string {
+	host, _, _ := net.SplitHostPort(s.cfg.Listen) // validated
+	ip := net.ParseIP(host)
+	switch {
+	case host == "" || ip != nil && ip.IsUnspecified():
+		return []string{"127.0.0.1", "::1", "localhost"}
+	case ip != nil && ip.IsLoopback():
+		return []string{host, "localhost"}
+	}
+	return []string{host}
 }
 
 // listenURLHost is the host:port clients use for the listen address.
