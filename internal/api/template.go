@@ -92,6 +92,10 @@ type TemplateConfig struct {
 	// Defaults are the cpuCount and memoryMB of a template that sets
 	// none (the server's), for the template list.
 	Defaults sandbox.Maxima
+	// BuiltIns, when set, returns the templates the server builds itself
+	// (built-in ones) that are being built or whose build failed, with
+	// that status, for the template list; nil: none.
+	BuiltIns func() map[string]store.BuildStatus
 }
 
 // TemplateBuilds runs the builds of the template build API in the
@@ -104,6 +108,7 @@ type TemplateBuilds struct {
 	maxQueued  int
 	max        sandbox.Maxima
 	defaults   sandbox.Maxima
+	builtIns   func() map[string]store.BuildStatus
 	diskMB     int
 	log        *slog.Logger
 	now        func() time.Time
@@ -128,7 +133,7 @@ func NewTemplateBuilds(ctx context.Context, cfg TemplateConfig) (*TemplateBuilds
 	t := &TemplateBuilds{
 		builder: cfg.Builder, records: cfg.Records,
 		maxContext: cfg.MaxContextBytes, maxQueued: cfg.MaxQueuedBuilds,
-		max: cfg.Max, defaults: cfg.Defaults, diskMB: cfg.SandboxDiskMB,
+		max: cfg.Max, defaults: cfg.Defaults, builtIns: cfg.BuiltIns, diskMB: cfg.SandboxDiskMB,
 		log: cfg.Log, now: cfg.Now,
 		slot: make(chan struct{}, 1), runs: map[string]*buildRun{}, uploads: map[string]pendingUpload{},
 	}

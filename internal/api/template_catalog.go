@@ -115,6 +115,17 @@ func (t *TemplateBuilds) catalog(ctx context.Context, envdVersion string) ([]tem
 			it.CPUCount, it.MemoryMB = t.resources(b.Resources.CPUCount, b.Resources.MemoryMB)
 		}
 	}
+	// A built-in template the server builds itself: being built (perhaps
+	// over an older version, which is served until then) or failed.
+	if t.builtIns != nil {
+		for name, st := range t.builtIns() {
+			it := item(name)
+			if it.BuildCount == 0 {
+				it.CreatedAt, it.UpdatedAt = t.now(), t.now()
+			}
+			it.BuildStatus = string(st)
+		}
+	}
 	out := make([]templateListItem, 0, len(items))
 	for name, it := range items {
 		if running[name] {

@@ -403,6 +403,21 @@ func TestTemplateListAndDelete(t *testing.T) {
 		}
 	}
 
+	// Built-in templates the server builds itself are listed while they
+	// build (over an older version too) and when the build failed.
+	h.templates.builtIns = func() map[string]store.BuildStatus {
+		return map[string]store.BuildStatus{"base": store.BuildBuilding, "desktop": store.BuildBuilding, "browser": store.BuildError}
+	}
+	call(t, h, "GET", "/templates", "", nil, &list)
+	got = got[:0]
+	for _, it := range list {
+		got = append(got, it.TemplateID+" "+it.BuildStatus+" "+it.BuildID)
+	}
+	if want := "base building base-0123456789ab,browser error ,demo ready " + demoBuild + ",desktop building ,other ready "; !strings.HasPrefix(strings.Join(got, ","), want) {
+		t.Errorf("list with built-ins building:\n%s\nwant it to start\n%s", strings.Join(got, ","), want)
+	}
+	h.templates.builtIns = nil
+
 	fake := h.sandboxes.(*fakeSandboxes)
 	fake.templateUsers = "i1"
 	var e errorBody

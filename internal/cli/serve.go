@@ -35,7 +35,10 @@ var serveCommand = &command{
 for sandbox traffic, on one listener. On first start it builds the base
 template (a few minutes; progress is shown) and creates an API key, then
 prints the environment variables that point the E2B SDKs at it. GET /health
-answers 204 once sandboxes can be created.
+answers 204 once sandboxes can be created. The other built-in templates
+(code-interpreter-v1, desktop, browser) are built in the background, on
+first use or as --templates says: until one is built, its creates are
+answered 503 with the build's progress and Retry-After.
 
 Sandbox traffic is routed by host (<port>-<sandboxID>.<domain>) or by the
 E2b-Sandbox-Id and E2b-Sandbox-Port headers (with E2B_SANDBOX_URL).
@@ -113,7 +116,7 @@ Environment:
 			return nil
 		})
 		var templates list
-		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")
+		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build in the background once the server is up, besides base (comma-separated: code-interpreter-v1, desktop, browser); the others are built on first use")
 		debug := fs.Bool("debug", false, "log at debug level")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) > 0 {

@@ -44,7 +44,10 @@ var (
 	ErrNotFound = errors.New("sandbox not found")             // 404; killed sandboxes too
 	ErrConflict = errors.New("sandbox is in the wrong state") // 409 (already paused, transitioning)
 	ErrInvalid  = errors.New("invalid request")               // 400 (bad timeout, unknown template, …)
-	ErrPaused   = errors.New("sandbox is paused")             // router: 502 for a paused sandbox
+	// ErrUnavailable is a create of a template that is being built
+	// (it wraps the template's *template.BuildingError): 503, retry.
+	ErrUnavailable = errors.New("template is being built")
+	ErrPaused      = errors.New("sandbox is paused") // router: 502 for a paused sandbox
 )
 
 // Templates finds a template by name, name:tag or ID.

@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,7 @@ type Server struct {
 	progress  io.Writer
 	store     *store.Store
 	templates *template.Builder
+	builtIns  *builtIns
 	builds    *api.TemplateBuilds
 	volumes   *volume.Service
 	manager   *sandbox.Manager
@@ -83,6 +86,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates = &template.Builder{DataDir: cfg.DataDir, Mirror: cfg.Mirror, Log: log.With("component", "template"), Progress: progress}
+	s.builtIns = newBuiltIns(ctx, s.templates, log.With("component", "template"), progress)
 	if s.net, err = newSandboxNetwork(cfg, log); err != nil {
 		return nil, err
 	}
@@ -108,7 +112,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Backend:          backend,
 		OtherBackends:    others,
 		TemplateBackends: cfg.TemplateBackends,
-		Templates:        templateRegistry{builder: s.templates, store: st},
+		Templates:        templateRegistry{builder: s.templates, store: st, builtIns: s.builtIns},
 		Images:           s.templates,
 		EnvdPath:         cfg.EnvdPath,
 		Tools:            map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
@@ -154,6 +158,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Max:             cfg.maxima(),
 		SandboxDiskMB:   sandbox.DefaultDiskMB,
 		Defaults:        sandbox.Maxima{CPUCount: cfg.CPUCount, MemoryMB: cfg.MemoryMB},
+		BuiltIns:        s.builtIns.states,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}
@@ -258,9 +263,11 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	}
 	s.ready.Store(true)
 	s.printSettings(stdout)
+	s.builtIns.start(s.cfg.Templates...)
 
 	select {
 	case err := <-errc:
+		s.builtIns.close()
 		s.builds.Close()
 		s.manager.Close()
 		return fmt.Errorf("serving: %w", err)
@@ -272,17 +279,16 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	if err := hs.Shutdown(shutdownCtx); err != nil {
 		hs.Close() // streams never go idle by themselves
 	}
+	s.builtIns.close()
 	s.builds.Close()
 	return s.manager.Close()
 }
 
 // prepare builds the base template if needed and reconciles sandboxes.
+// The other built-in templates are built in the background (builtIns).
 func (s *Server) prepare(ctx context.Context) error {
-	builtIn := template.BuiltIn()
-	for _, name := range append([]string{template.BaseName}, s.cfg.Templates...) {
-		if _, err := s.templates.Ensure(ctx, builtIn[name]); err != nil {
-			return fmt.Errorf("preparing the %s template: %w", name, err)
-		}
+	if _, err := s.templates.Ensure(ctx, template.Base()); err != nil {
+		return fmt.Errorf("preparing the %s template: %w", template.BaseName, err)
 	}
 	if err := s.manager.Start(ctx); err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)
@@ -315,6 +321,28 @@ func (s *Server) printSettings(w io.Writer) {
 		fmt.Fprintf(w, "  export E2B_DOMAIN=%s\n  export NODE_EXTRA_CA_CERTS=%s\n  export E2B_API_KEY=%s\n\n",
 			s.cfg.Domain, caPath, key)
 	}
+	// Where each built-in template other than base stands.
+	var ready, onDemand []string
+	for _, name := range slices.Sorted(maps.Keys(template.BuiltIn())) {
+		switch _, err := s.templates.Lookup(name); {
+		case name == template.BaseName || slices.Contains(s.cfg.Templates, name):
+		case err == nil:
+			ready = append(ready, name)
+		default:
+			onDemand = append(onDemand, name)
+		}
+	}
+	fmt.Fprintln(w, "Built-in templates:")
+	for _, l := range []struct {
+		what  string
+		names []string
+	}{{"ready", append([]string{template.BaseName}, ready...)}, {"building in the background (--templates)", s.cfg.Templates},
+		{"built on first use", onDemand}} {
+		if len(l.names) > 0 {
+			fmt.Fprintf(w, "  %s: %s\n", l.what, strings.Join(l.names, ", "))
+		}
+	}
+	fmt.Fprint(w, "Until a template is built, its creates are answered 503 with the build's progress and Retry-After.\n\n")
 }
 
 // certHosts are the names and addresses besides the domain that clients

@@ -562,11 +562,3 @@ func aptInstallCommand(pkgs []string) string {
 		"-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install " + strings.Join(sorted, " ") +
 		" && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
 }
-
-func shorten(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-3] + "..."
-	}
-	return s
-}
