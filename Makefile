@@ -86,11 +86,14 @@ test-recovery:
 ## base templates the SDK suite built, so it does not debootstrap again; only
 ## complete templates (those with a template.json) are linked. The vm figures'
 ## servers use $(BENCH_DATA_DIR)-vm, which the bench seeds from it the same way.
+## --wait-host: run by hand beside other tests, a server start waits for the
+## host's sandbox networking rather than failing the run (in CI nothing else
+## holds it).
 SDK_DATA_DIR   ?= $(or $(AGENT_SANDBOX_TEST_DATA_DIR),/var/lib/agent-sandbox-sdk-test)
 BENCH_DATA_DIR ?= /var/lib/agent-sandbox-bench-smoke
 bench-smoke: build
 	$(call seed_base,$(SDK_DATA_DIR),$(BENCH_DATA_DIR))
-	bin/agent-sandbox bench --quick --data-dir $(BENCH_DATA_DIR)
+	bin/agent-sandbox bench --quick --wait-host --data-dir $(BENCH_DATA_DIR)
 
 ## deps, deps-test: what the server, and the tests, need on a fresh Debian 12 machine
 deps:
