@@ -98,7 +98,10 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, kvm: kvm, root: root, ids: ids, net: cfg.Network,
 		cmdline: sync.OnceValue(func() string { return guestCmdline(hostTSCKHz()) }),
-		boot:    &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
+		boot:    &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2], log: cfg.Log},
+	}
+	if err := sweepCache(cfg.CacheDir, cfg.Log); err != nil {
+		cfg.Log.Warn("vm: sweeping the boot cache", "err", err)
 	}
 	if cfg.Snapshots {
 		b.snaps = newSnapshots(filepath.Join(cfg.CacheDir, "snapshots"), cfg.Log)

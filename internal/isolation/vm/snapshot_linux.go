@@ -361,6 +361,7 @@ func (s *snapshots) get(key string) *snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if snap := s.made[key]; snap != nil {
+		markUsed(snap.dir)
 		return snap
 	}
 	snap, err := loadSnapshot(filepath.Join(s.dir, key))
