@@ -14,7 +14,8 @@
 //  2. takes from the boot cache (CacheDir) the initramfs — vminit, the
 //     guest's init, as /init and the kernel modules it loads — and the
 //     tools disk, a read-only ext4 image holding envd and Spec.Tools at
-//     their guest paths; both are made once per version of their inputs;
+//     their guest paths; both are made once per version of their inputs
+//     (logged), and what goes unused for a week is removed at start;
 //  3. asks the host networking (network.Host) for the sandbox's namespace
 //     and routed veth, as for a jail, creates the tap tap0 in it and hands
 //     the sandbox's address to the guest behind the tap (ForwardTo): the
