@@ -51,13 +51,16 @@ const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || (BA
 /** The server files that make up the SDK core every backend must pass. */
 const VM_CORE_FILES = ['lifecycle', 'router', 'ports']
 /**
- * Server files that need a server of their own, started with these flags:
- * each runs alone (jail backend, header mode) after the shared server's
- * files, and only when the whole server suite or the file is asked for.
+ * Server files that need a server of their own, started with these flags,
+ * on the backends listed: each runs alone (header mode) after the shared
+ * server's files, and only when the whole server suite or the file is
+ * asked for.
  */
 const SOLO_FILES = {
-  'timeout-limit': ['--max-timeout', '2h'],
-  'timeout-unlimited': ['--max-timeout', '0'],
+  'timeout-limit': { flags: ['--max-timeout', '2h'], backends: ['jail'] },
+  'timeout-unlimited': { flags: ['--max-timeout', '0'], backends: ['jail'] },
+  // Every pause that keeps memory goes to disk at once where the backend can.
+  'pause-disk': { flags: ['--pause-in-ram', '0'], backends: ['jail', 'vm'] },
 }
 /** Metadata key every server-suite sandbox carries (see server/helpers.mjs). */
 const RUN_META_KEY = 'sdkTestRun'
@@ -214,6 +217,7 @@ async function runServerMode(mode, files, flags = []) {
       // api./<port>-<id>.sandbox.test:<port> (tls) → 127.0.0.1.
       SDK_TEST_RESOLVE: mode === 'tls' ? TLS_DOMAIN_NAME : 'localhost',
       SDK_TEST_MODE: mode,
+      SDK_TEST_BACKEND: BACKEND,
       SDK_TEST_API_URL: server.url,
       SDK_TEST_RUN: runTag,
       SDK_TEST_REGISTRY: registry.host,
@@ -230,7 +234,9 @@ async function runServerMode(mode, files, flags = []) {
   } finally {
     await registry.close()
     const exit = await server.stop()
-    const path = join(tmpdir(), `agent-sandbox-sdk-${BACKEND === 'jail' ? '' : `${BACKEND}-`}${mode}.log`)
+    // A server of its own (flags) has a log of its own, named after its file.
+    const solo = flags.length ? `-${basename(files[0], '.test.mjs')}` : ''
+    const path = join(tmpdir(), `agent-sandbox-sdk-${BACKEND === 'jail' ? '' : `${BACKEND}-`}${mode}${solo}.log`)
     writeFileSync(path, server.output())
     console.log(`server (${mode}) stopped (${exit?.signal ?? `exit ${exit?.code}`}); output: ${path}`)
   }
@@ -240,10 +246,14 @@ async function runServerMode(mode, files, flags = []) {
 async function runServerSuite(areas) {
   if (BACKEND !== 'jail' && BACKEND !== 'vm') throw new Error(`unknown SDK_TEST_BACKEND '${BACKEND}' (jail, vm)`)
   const vm = BACKEND === 'vm'
-  const isSolo = (f) => basename(f, '.test.mjs') in SOLO_FILES
+  const soloOf = (f) => SOLO_FILES[basename(f, '.test.mjs')]
   const files = testFiles(SERVER_TEST_DIR, vm && areas.length === 0 ? VM_CORE_FILES : areas)
-  const shared = files.filter((f) => !isSolo(f))
-  const solo = vm ? [] : files.filter(isSolo)
+  const shared = files.filter((f) => !soloOf(f))
+  const solo = files.filter((f) => soloOf(f)?.backends.includes(BACKEND))
+  for (const a of areas) {
+    const s = SOLO_FILES[basename(a, '.test.mjs')]
+    if (s && !s.backends.includes(BACKEND)) throw new Error(`server/${a} runs on the ${s.backends.join(' and ')} backend only, not ${BACKEND}`)
+  }
   const modes = (process.env.SDK_TEST_SERVER_MODES || (vm ? 'header' : 'header,tls')).split(',').map((m) => m.trim()).filter(Boolean)
   const results = []
   // One after the other: two servers must not share one data dir (database).
@@ -252,7 +262,7 @@ async function runServerSuite(areas) {
     if (shared.length) results.push(await runServerMode(mode, shared))
   }
   for (const f of solo) {
-    results.push(await runServerMode('header', [f], [...SOLO_FILES[basename(f, '.test.mjs')], '--warm-pool', 'none']))
+    results.push(await runServerMode('header', [f], [...soloOf(f).flags, '--warm-pool', 'none']))
   }
   return results
 }
