@@ -48,8 +48,9 @@ test-sdk: deps-test build
 	done
 	node test/sdk/run.mjs
 
-## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, VM_CORE_FILES) against
-## `serve --backend vm`, header routing only. Its data dir is its own, seeded
+## test-sdk-vm: the SDK core subset and the lifecycle files (test/sdk/run.mjs,
+## VM_CORE_FILES: fork, snapshots, pauses, volumes) against `serve --backend
+## vm`, header routing only; about a minute and a half of emulated VMs. Its data dir is its own, seeded
 ## like test-sdk's with hard links to the Go tests' base template; the server
 ## makes the template's ext4 image there.
 SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox-sdk-test-vm)

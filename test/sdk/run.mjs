@@ -22,9 +22,12 @@
 // SDK_TEST_BACKEND=vm runs the server suite against `serve --backend vm`
 // (data dir AGENT_SANDBOX_TEST_VM_DATA_DIR, see server-process.mjs): by
 // default only the core files (VM_CORE_FILES: create, commands, PTY, files,
-// watch, getHost, timeout, pause/resume, kill), header mode only and
+// watch, getHost, timeout, pause/resume, kill; fork, snapshots, pauses to
+// RAM, disk and files with auto-resume, volumes), header mode only and
 // SDK_TEST_SERVER_CONCURRENCY 2: each sandbox is a VM, emulated (TCG) where
-// there is no KVM, and the run must stay within minutes in CI.
+// there is no KVM, and the run must stay within minutes in CI (about a
+// minute and a half on a loaded 2-core host, the lifecycle files about 70 s
+// of it).
 
 import { randomBytes } from 'node:crypto'
 import { readdirSync, writeFileSync } from 'node:fs'
@@ -48,8 +51,12 @@ const SERVER_FILE_TIMEOUT_MS = 5 * 60_000
 // Server test files run side by side: each scopes its list queries by its own metadata.
 const BACKEND = process.env.SDK_TEST_BACKEND || 'jail'
 const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || (BACKEND === 'vm' ? 2 : 5))
-/** The server files that make up the SDK core every backend must pass. */
-const VM_CORE_FILES = ['lifecycle', 'router', 'ports']
+/**
+ * The server files that make up the SDK core every backend must pass, and
+ * the lifecycle files whose paths the vm has of its own (memory snapshots,
+ * restores, cold boots over saved files, volume disks).
+ */
+const VM_CORE_FILES = ['lifecycle', 'router', 'ports', 'fork', 'snapshots', 'autopause', 'pause-disk', 'volumes']
 /**
  * Server files that need a server of their own, started with these flags,
  * on the backends listed: each runs alone (header mode) after the shared

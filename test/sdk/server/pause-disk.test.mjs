@@ -4,16 +4,18 @@
 // with its processes and memory and stopped, so that nothing of it runs on
 // the host any more (no process there names it; while it ran, its VM's
 // QEMU did); connect, or traffic with autoResume, restores it where it was:
-// the same process with the same memory, in the same boot, files kept.
-// Elsewhere (the jail) it stays frozen in RAM and resumes from there.
+// the same process with the same memory, in the same boot, files kept,
+// its volumes too (a VM's, which nothing else mounts meanwhile). Elsewhere
+// (the jail) it stays frozen in RAM and resumes from there.
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { readdirSync, readFileSync } from 'node:fs'
-import { Sandbox } from 'e2b'
+import { Sandbox, Volume, VolumeError } from 'e2b'
 
 import {
-  apiFetch, bootId, createSandbox, HOME, hostUrl, jsonBody, killCreated, MEMORY_PORT, readMemoryServer, runsMemoryServer, startMemoryServer, waitFor,
+  apiFetch, backend, bootId, createSandbox, HOME, hostUrl, jsonBody, killCreated, MEMORY_PORT, readMemoryServer, runsMemoryServer, runTag, startMemoryServer,
+  waitFor,
 } from './helpers.mjs'
 
 after(killCreated)
@@ -112,7 +114,7 @@ describe('pause with --pause-in-ram 0', () => {
     await assertRestored(sbx, state, 'connect')
   })
 
-  test('onTimeout pause + autoResume: paused to disk on timeout, a request to getHost wakes it', { timeout: 180_000 }, async (t) => {
+  test('onTimeout pause + autoResume: paused on timeout (to disk where the backend can), a request to getHost wakes it', { timeout: 180_000 }, async (t) => {
     const state = await prepared({ lifecycle: { onTimeout: 'pause', autoResume: true } })
     const { sbx, mem } = state
     await sbx.setTimeout(2_000)
@@ -125,5 +127,30 @@ describe('pause with --pause-in-ram 0', () => {
     assert.equal(text, `${mem.secret} ${mem.count + 1}`, 'the waking request did not reach the server’s memory')
     // assertRestored's request is the next one.
     await assertRestored(sbx, { ...state, mem: { ...mem, count: mem.count + 1 } }, 'traffic')
+  })
+
+  test('a sandbox with a volume keeps it through the pause: what it wrote last is there after the resume', { timeout: 180_000 }, async () => {
+    const v = await Volume.create(`sdk-${runTag}-pause-disk`)
+    try {
+      const state = await prepared({ volumeMounts: { '/data': v } })
+      const { sbx } = state
+      // Written just before the pause: in the guest's page cache, if it
+      // has one, not yet on the volume's disk.
+      await sbx.commands.run('echo before the pause > /data/last.txt')
+      assert.equal(await sbx.pause(), true)
+      await assertParked(sbx)
+      if (backend === 'vm') {
+        // Its saved memory has the volume mounted: nothing else may, until
+        // it is killed.
+        await assert.rejects(v.readFile('/last.txt'), (err) => err instanceof VolumeError && /^409: /.test(err.message))
+      }
+      await Sandbox.connect(sbx.sandboxId)
+      await assertRestored(sbx, state, 'connect')
+      assert.equal(await sbx.files.read('/data/last.txt'), 'before the pause\n')
+      await sbx.kill()
+      assert.equal(await v.readFile('/last.txt'), 'before the pause\n')
+    } finally {
+      await Volume.destroy(v.volumeId)
+    }
   })
 })
