@@ -14,10 +14,11 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
-// TestImageStorage makes a volume image, mounts it, fills it past its
-// size (the cap holds), finds the mount again as a restarted server would,
-// and removes everything.
-func TestImageStorage(t *testing.T) {
+// newVolume makes a volume of 16 MiB in an ImageStorage of its own under
+// the test's temporary directory, removed when the test ends, and returns
+// the storage, the volume's ID and its mount.
+func newVolume(t *testing.T) (*ImageStorage, string, string) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	s := &ImageStorage{Dir: filepath.Join(dir, "images"), MountDir: filepath.Join(dir, "mnt")}
@@ -31,6 +32,15 @@ func TestImageStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, id, p
+}
+
+// TestImageStorage makes a volume image, mounts it, fills it past its
+// size (the cap holds), finds the mount again as a restarted server would,
+// and removes everything.
+func TestImageStorage(t *testing.T) {
+	s, id, p := newVolume(t)
+	ctx := context.Background()
 	fi, err := os.Stat(p)
 	if err != nil || fi.Mode().Perm() != 0o777 {
 		t.Errorf("the volume's root: %v, %v", fi, err)
@@ -77,19 +87,9 @@ func TestImageStorage(t *testing.T) {
 // holder detaches, and another holder is refused; the files are as they
 // were afterwards.
 func TestImageStorageAttach(t *testing.T) {
-	testenv.RequireRoot(t)
-	dir := t.TempDir()
-	s := &ImageStorage{Dir: filepath.Join(dir, "images"), MountDir: filepath.Join(dir, "mnt")}
+	s, id, p := newVolume(t)
 	ctx := context.Background()
-	const id = "0b6a2f5e-0000-4000-8000-000000000002"
-	if err := s.Create(ctx, id, 16<<20); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Remove(ctx, id) })
-	p, err := s.Path(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir := filepath.Dir(s.Dir)
 	if err := os.WriteFile(filepath.Join(p, "f"), []byte("before"), 0o644); err != nil {
 		t.Fatal(err)
 	}
