@@ -50,9 +50,9 @@ test-sdk: deps-test build
 
 ## test-sdk-vm: the SDK core subset and the lifecycle files (test/sdk/run.mjs,
 ## VM_CORE_FILES: fork, snapshots, pauses, volumes) against `serve --backend
-## vm`, header routing only; about a minute and a half of emulated VMs. Its data dir is its own, seeded
-## like test-sdk's with hard links to the Go tests' base template; the server
-## makes the template's ext4 image there.
+## vm`, header routing only: 1.5 to 2.5 minutes of emulated VMs on 2 cores.
+## Its data dir is its own, seeded like test-sdk's with hard links to the Go
+## tests' base template; the server makes the template's ext4 image there.
 SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox-sdk-test-vm)
 test-sdk-vm: deps-test build
 	@mkdir -p $(SDK_VM_DATA_DIR)/templates/base
