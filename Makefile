@@ -55,10 +55,11 @@ test-sdk: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_DATA_DIR))
 	node test/sdk/run.mjs
 
-## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, CORE_FILES) against
-## `serve --backend vm`, header routing only. Its data dir is its own, seeded
-## like test-sdk's with hard links to the Go tests' base template; the server
-## makes the template's ext4 image there.
+## test-sdk-vm: the SDK core subset and the lifecycle files (test/sdk/run.mjs,
+## BACKEND_FILES.vm: fork, snapshots, pauses, volumes) against `serve --backend
+## vm`, header routing only: 1.5 to 2.5 minutes of emulated VMs on 2 cores.
+## Its data dir is its own, seeded like test-sdk's with hard links to the Go
+## tests' base template; the server makes the template's ext4 image there.
 SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox-sdk-test-vm)
 test-sdk-vm: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_VM_DATA_DIR))

@@ -122,6 +122,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if err := isolation.CheckSnapshot(spec, b.Capabilities()); err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 	}
+	if err := isolation.CheckVolumes(spec, b.Capabilities()); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
 	if res.Pids <= 0 {
 		res.Pids = defaultPids(res.MemoryMB)
 	}
@@ -144,9 +147,6 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	var volumes []toolMount
 	for _, v := range spec.Volumes {
-		if v.Target != filepath.Clean(v.Target) || v.Target == "/" {
-			return nil, fmt.Errorf("starting sandbox %s: volume mount point %q is not a clean path below /", spec.ID, v.Target)
-		}
 		volumes = append(volumes, toolMount{Host: v.Source, Guest: v.Target})
 		paths = append(paths, v.Source, v.Target)
 	}

@@ -49,6 +49,9 @@ type Instance struct {
 	mu          sync.Mutex // guards the fields below
 	consoleConn net.Conn   // set once, when connected
 	paused      bool
+	// memorySaved: the guest's memory was saved while it was paused, and
+	// it has not run since (syncVolumes).
+	memorySaved bool
 	stopping    bool
 	exit        isolation.Exit
 	lastCPU     time.Duration
@@ -114,7 +117,7 @@ func (inst *Instance) Resume(ctx context.Context) error {
 		return fmt.Errorf("resuming sandbox %s: %w", inst.id, err)
 	}
 	inst.mu.Lock()
-	inst.paused = false
+	inst.paused, inst.memorySaved = false, false
 	inst.mu.Unlock()
 	return nil
 }
@@ -167,9 +170,46 @@ func (inst *Instance) Stop(ctx context.Context) error {
 		inst.mu.Lock()
 		inst.stopping = true
 		inst.mu.Unlock()
-		inst.stopErr = inst.stop(context.WithoutCancel(ctx))
+		ctx := context.WithoutCancel(ctx)
+		inst.syncVolumes(ctx)
+		inst.stopErr = inst.stop(ctx)
 	})
 	return inst.stopErr
+}
+
+// syncVolumes has the guest write its volumes' cached writes to their
+// disks before QEMU is killed: a volume outlives the VM, and what the
+// guest wrote last may be in its memory alone. A paused guest runs for
+// that long. One whose memory was saved (paused to disk) is left as it
+// was saved: it goes on from there, caches included, when restored,
+// and must find its disks as it left them. A failure is logged; the VM
+// is stopped all the same.
+func (inst *Instance) syncVolumes(ctx context.Context) {
+	inst.ops.Lock()
+	defer inst.ops.Unlock()
+	inst.mu.Lock()
+	skip := inst.state.Volumes == 0 || inst.memorySaved || inst.consoleConn == nil
+	paused := inst.paused
+	inst.mu.Unlock()
+	select {
+	case <-inst.done:
+		return
+	default:
+	}
+	if skip {
+		return
+	}
+	err := func() error {
+		if paused {
+			if err := inst.qmp.Cont(ctx); err != nil {
+				return err
+			}
+		}
+		return inst.request(ctx, vminit.Request{Op: vminit.OpSync})
+	}()
+	if err != nil {
+		inst.b.cfg.Log.Warn("writing back the volumes of a VM before stopping it; what it wrote last may be lost", "sandbox_id", inst.id, "err", err)
+	}
 }
 
 func (inst *Instance) stop(ctx context.Context) error {
