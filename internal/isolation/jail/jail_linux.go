@@ -312,7 +312,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	inst := &Instance{
 		b: b, id: spec.ID, cg: cg, ns: ns, dir: dir, cmd: cmd,
-		cpus: res.CPUCount, done: make(chan struct{}),
+		cpus: res.CPUCount, Ending: isolation.NewEnding(),
 		lastCPUAt: time.Now(),
 	}
 	if spec.Export != "" {
@@ -322,7 +322,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	rollback.Push(func(ctx context.Context) error {
 		_ = cmd.Process.Kill()
 		select {
-		case <-inst.done:
+		case <-inst.Done():
 		case <-ctx.Done():
 		}
 		return nil
@@ -471,7 +471,7 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 	frozen, _ := cg.Frozen()
 	inst := &Instance{
 		b: b, id: id, cg: cg, ns: ns, dir: st.Dir, state: st, cpus: st.CPUCount,
-		done: make(chan struct{}), paused: frozen, lastCPUAt: time.Now(),
+		Ending: isolation.NewEnding(), paused: frozen, lastCPUAt: time.Now(),
 	}
 	if s, err := cg.Stats(); err == nil {
 		inst.lastCPU = s.CPUTime

@@ -42,9 +42,7 @@ type Instance struct {
 	// Snapshot.
 	ops sync.Mutex
 
-	done     chan struct{} // closed when QEMU has exited
-	stopOnce sync.Once
-	stopErr  error
+	*isolation.Ending // ended when QEMU has exited
 
 	mu          sync.Mutex // guards the fields below
 	consoleConn net.Conn   // set once, when connected
@@ -52,8 +50,6 @@ type Instance struct {
 	// memorySaved: the guest's memory was saved while it was paused, and
 	// it has not run since (syncVolumes).
 	memorySaved bool
-	stopping    bool
-	exit        isolation.Exit
 	lastCPU     time.Duration
 	lastCPUAt   time.Time
 }
@@ -63,7 +59,7 @@ var _ isolation.Instance = (*Instance)(nil)
 func newInstance(b *Backend, id string, cg *cgroup.Cgroup, mon *qmp.Client, console *tail) *Instance {
 	inst := &Instance{
 		b: b, id: id, cg: cg, qmp: mon, console: console, consoleRead: make(chan struct{}),
-		done: make(chan struct{}), lastCPUAt: time.Now(),
+		Ending: isolation.NewEnding(), lastCPUAt: time.Now(),
 	}
 	if s, err := cg.Stats(); err == nil {
 		inst.lastCPU = s.CPUTime
@@ -89,7 +85,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	inst.mu.Lock()
 	paused := inst.paused
 	inst.mu.Unlock()
-	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.done, inst.state.Address.String(), port)
+	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.Done(), inst.state.Address.String(), port)
 }
 
 // Pause implements isolation.Instance: the vCPUs stop (QMP stop); the
@@ -154,27 +150,12 @@ func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
 	return out, nil
 }
 
-// Done implements isolation.Instance.
-func (inst *Instance) Done() <-chan struct{} { return inst.done }
-
-// Exit implements isolation.Instance.
-func (inst *Instance) Exit() isolation.Exit {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	return inst.exit
-}
-
 // Stop implements isolation.Instance.
 func (inst *Instance) Stop(ctx context.Context) error {
-	inst.stopOnce.Do(func() {
-		inst.mu.Lock()
-		inst.stopping = true
-		inst.mu.Unlock()
-		ctx := context.WithoutCancel(ctx)
+	return inst.StopOnce(ctx, func(ctx context.Context) error {
 		inst.syncVolumes(ctx)
-		inst.stopErr = inst.stop(ctx)
+		return inst.stop(ctx)
 	})
-	return inst.stopErr
 }
 
 // syncVolumes has the guest write its volumes' cached writes to their
@@ -192,7 +173,7 @@ func (inst *Instance) syncVolumes(ctx context.Context) {
 	paused := inst.paused
 	inst.mu.Unlock()
 	select {
-	case <-inst.done:
+	case <-inst.Done():
 		return
 	default:
 	}
@@ -240,7 +221,7 @@ func (inst *Instance) kill(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	select {
-	case <-inst.done:
+	case <-inst.Done():
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for QEMU to exit: %w", ctx.Err()))
 	}
@@ -267,13 +248,7 @@ func (inst *Instance) finish(reason string) {
 		oom = true
 		reason = "the VM hit its host memory limit (QEMU killed): " + reason
 	}
-	inst.mu.Lock()
-	if inst.stopping {
-		reason = "stopped"
-	}
-	inst.exit = isolation.Exit{OOM: oom, Reason: reason}
-	inst.mu.Unlock()
-	close(inst.done)
+	inst.End(isolation.Exit{OOM: oom, Reason: reason})
 }
 
 var (

@@ -151,7 +151,7 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	defer cancel()
 	go func() {
 		select {
-		case <-inst.done:
+		case <-inst.Done():
 			cancel()
 		case <-dialCtx.Done():
 		}
@@ -162,7 +162,7 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	inst.qmp, err = qmp.Dial(dialCtx, lf.qmp)
 	if err != nil {
 		select {
-		case <-inst.done:
+		case <-inst.Done():
 			err = errors.New(inst.Exit().Reason)
 		default:
 		}
