@@ -28,6 +28,7 @@ type Sandboxes interface {
 	DeleteSnapshot(ctx context.Context, ref string) error
 	DeleteTemplate(ctx context.Context, name string, remove func(context.Context) error) error
 	Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error)
+	Logs(ctx context.Context, id string, q store.SandboxLogQuery) ([]store.SandboxLog, error)
 	UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
 }
@@ -156,6 +157,8 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/refreshes", h.auth(h.refresh))
 	h.mux.Handle("POST /sandboxes/{id}/pause", h.auth(h.pause))
 	h.mux.Handle("GET /sandboxes/{id}/metrics", h.auth(h.metrics))
+	h.mux.Handle("GET /sandboxes/{id}/logs", h.auth(h.logsV1))
+	h.mux.Handle("GET /v2/sandboxes/{id}/logs", h.auth(h.logsV2))
 	h.mux.Handle("PUT /sandboxes/{id}/network", h.auth(h.updateNetwork))
 	h.mux.Handle("GET /sandboxes/{id}/network/audit", h.auth(h.egressAudit))
 	h.mux.Handle("POST /sandboxes/{id}/fork", h.auth(h.fork))

@@ -36,6 +36,9 @@ type fakeSandboxes struct {
 	metrics []sandbox.Metric
 	// metricWindows records the Metrics windows asked for.
 	metricWindows [][2]time.Time
+	// logs is every sandbox's log; logQueries records the Logs queries.
+	logs       []store.SandboxLog
+	logQueries []store.SandboxLogQuery
 	// networkUpdates records UpdateNetwork calls; events is the audit trail.
 	networkUpdates []sandbox.NetworkUpdate
 	events         []egress.Event
@@ -183,6 +186,16 @@ func (f *fakeSandboxes) Pause(ctx context.Context, id string, keepMemory bool) e
 	sb.State = store.StatePaused
 	f.sbs[id] = sb
 	return nil
+}
+
+func (f *fakeSandboxes) Logs(ctx context.Context, id string, q store.SandboxLogQuery) ([]store.SandboxLog, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.sbs[id]; !ok {
+		return nil, sandbox.ErrNotFound
+	}
+	f.logQueries = append(f.logQueries, q)
+	return f.logs, nil
 }
 
 func (f *fakeSandboxes) Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error) {

@@ -106,7 +106,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	log := m.log.With("sandbox_id", rec.ID)
+	log := m.sandboxLog(rec.ID)
 	log.Info("creating sandbox", "template", tmpl.ID)
 	inst, err := m.boot(ctx, rec, tmpl, res, nil, log)
 	if err != nil {

@@ -126,6 +126,9 @@ type Config struct {
 	// it is saved to disk and stopped, where its backend can save memory
 	// (a memory snapshot); 0: at once (pause.go).
 	PauseInRAM time.Duration
+	// LogRetention is how long an ended sandbox's log is kept (logs.go;
+	// default DefaultLogRetention).
+	LogRetention time.Duration
 
 	// SnapshotDir holds a directory per snapshot (snapshot.go); "" leaves
 	// snapshots, forks and pauses without memory out.
@@ -168,6 +171,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxTimeout <= 0 {
 		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.LogRetention <= 0 {
+		c.LogRetention = DefaultLogRetention
 	}
 	if c.MetricsEvery <= 0 {
 		c.MetricsEvery = DefaultMetricsEvery
@@ -292,6 +298,13 @@ type sandbox struct {
 	epoch    uint64    // bumped whenever tracked connections are dropped
 	conns    map[*trackedConn]struct{}
 	metrics  ring
+	oomKills uint64 // as last sampled
+
+	// guestLogMu guards what collectGuestLog read of guestLogOf's guest
+	// log: up to guestLogAt (logs.go).
+	guestLogMu sync.Mutex
+	guestLogOf isolation.Instance
+	guestLogAt int64
 }
 
 // instance returns sb's current instance.
@@ -360,6 +373,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return fmt.Errorf("starting sandbox manager: %w", err)
 	}
+	m.goroutine(m.purgeLogs)
 	m.goroutine(m.timeoutLoop)
 	m.goroutine(m.metricsLoop)
 	if len(m.pools) > 0 {
