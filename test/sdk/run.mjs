@@ -252,6 +252,7 @@ async function runServerMode(mode, files, flags = [], { dataDir = serverDataDir(
       SDK_TEST_RUN: runTag,
       SDK_TEST_REGISTRY: registry.host,
       SDK_TEST_DATA_DIR: server.dataDir,
+      SDK_TEST_PRINTED_ENV: JSON.stringify(server.printedEnv),
     })
     result = await runTests(files, { concurrency: SERVER_CONCURRENCY, timeout, label })
     console.log(`server suite (${mode}) took ${((Date.now() - t0) / 1000).toFixed(0)} s`)

@@ -110,7 +110,8 @@ function tlsHealth(port, host, caPath) {
  *
  * extraArgs are appended to the serve command line.
  *
- * Returns { mode, url, port, pid, apiKey, dataDir, caPath, domain, env, stop(), output() }.
+ * Returns { mode, url, port, pid, apiKey, dataDir, caPath, domain, env, printedEnv, stop(), output() };
+ * printedEnv is the header-routing environment the server printed.
  * env is what the test processes need (E2B_* and NODE_EXTRA_CA_CERTS; the
  * runner adds the DNS preload).
  */
@@ -184,7 +185,14 @@ export async function startServer({
     ? { E2B_DOMAIN: domain, E2B_API_KEY: apiKey, NODE_EXTRA_CA_CERTS: caPath }
     : { E2B_API_URL: url, E2B_SANDBOX_URL: url, E2B_VOLUME_API_URL: url, E2B_DOMAIN: domain, E2B_API_KEY: apiKey }
 
-  const server = { mode, backend, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output }
+  let printedEnv
+  try {
+    printedEnv = await waitPrintedEnv(output)
+  } catch (err) {
+    await stop()
+    throw new Error(`${name}: ${err.message}\n--- server output ---\n${output()}`)
+  }
+  const server = { mode, backend, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, printedEnv, stop, output }
   server.api = (method, path, body) => apiRequest(server, method, path, body)
   try {
     await waitTemplates(server, templates, { name, child, deadline })
@@ -193,6 +201,24 @@ export async function startServer({
     throw err
   }
   return server
+}
+
+/**
+ * The header-routing environment the server prints once it is ready
+ * ("Point the E2B SDK at it …": the `export K=V` lines up to the blank line
+ * after them), as { K: V }; waits up to 10 s for it to be printed.
+ */
+async function waitPrintedEnv(output) {
+  const deadline = Date.now() + 10_000
+  for (;;) {
+    const out = output()
+    const at = out.indexOf('Point the E2B SDK at it')
+    const block = at < 0 ? '' : out.slice(at).split('\n\n')[1] ?? ''
+    const env = Object.fromEntries([...block.matchAll(/^\s*export (\w+)=(.*)$/gm)].map((m) => [m[1], m[2]]))
+    if (env.E2B_API_URL) return env
+    if (Date.now() > deadline) throw new Error('printed no header-routing environment ("Point the E2B SDK at it", export E2B_API_URL=…)')
+    await sleep(100)
+  }
 }
 
 /**
