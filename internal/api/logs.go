@@ -37,7 +37,7 @@ type logLineView struct {
 // oldest first, both as lines and as entries.
 func (h *Handler) logsV1(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	from, ok := unixMilliParam(w, q.Get("start"), "start")
+	from, ok := unixParam(w, q.Get("start"), "start", true)
 	if !ok {
 		return
 	}
@@ -70,7 +70,7 @@ func (h *Handler) logsV1(w http.ResponseWriter, r *http.Request) {
 // &limit&search (cursor in unix milliseconds).
 func (h *Handler) logsV2(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	from, ok := unixMilliParam(w, q.Get("cursor"), "cursor")
+	from, ok := unixParam(w, q.Get("cursor"), "cursor", true)
 	if !ok {
 		return
 	}
@@ -118,21 +118,6 @@ func sandboxLogEntry(l store.SandboxLog) sandboxLogView {
 		fields[k] = v
 	}
 	return sandboxLogView{Timestamp: l.Time.UTC(), Level: l.Level, Message: l.Message, Fields: fields}
-}
-
-// unixMilliParam parses an optional unix-milliseconds query parameter;
-// the zero time means absent. It answers 400 itself and returns false on
-// a bad value.
-func unixMilliParam(w http.ResponseWriter, v, name string) (time.Time, bool) {
-	if v == "" {
-		return time.Time{}, true
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > 1<<50 {
-		writeError(w, http.StatusBadRequest, name+" must be a unix time in milliseconds, got "+strconv.Quote(v))
-		return time.Time{}, false
-	}
-	return time.UnixMilli(n).UTC(), true
 }
 
 // limitParam parses an optional limit of lines (defaultLogLimit when

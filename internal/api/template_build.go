@@ -244,7 +244,7 @@ func (h *buildLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
 // Handle implements slog.Handler.
 func (h *buildLogHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if rec.Level >= slog.LevelInfo {
-		e := store.BuildLogEntry{Time: rec.Time, Level: levelName(rec.Level), Message: rec.Message}
+		e := store.BuildLogEntry{Time: rec.Time, Level: store.LevelName(rec.Level), Message: rec.Message}
 		if e.Time.IsZero() {
 			e.Time = h.now()
 		}
@@ -288,18 +288,6 @@ func (h *buildLogHandler) WithGroup(name string) slog.Handler {
 	c := *h
 	c.next = h.next.WithGroup(name)
 	return &c
-}
-
-func levelName(l slog.Level) string {
-	switch {
-	case l >= slog.LevelError:
-		return "error"
-	case l >= slog.LevelWarn:
-		return "warn"
-	case l >= slog.LevelInfo:
-		return "info"
-	}
-	return "debug"
 }
 
 // logEntryView is BuildLogEntry.

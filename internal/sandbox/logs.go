@@ -90,7 +90,7 @@ func (t *logTee) Handle(ctx context.Context, r slog.Record) error {
 		addAttr(fields, t.group, a)
 		return true
 	})
-	line := store.SandboxLog{Time: r.Time, Level: levelName(r.Level), Logger: loggerLifecycle, Message: r.Message, Fields: fields}
+	line := store.SandboxLog{Time: r.Time, Level: store.LevelName(r.Level), Logger: loggerLifecycle, Message: r.Message, Fields: fields}
 	t.m.appendLogs(ctx, t.id, []store.SandboxLog{line})
 	return err
 }
@@ -126,18 +126,6 @@ func addAttr(fields map[string]string, prefix string, a slog.Attr) {
 		return
 	}
 	fields[prefix+a.Key] = v.String()
-}
-
-func levelName(l slog.Level) string {
-	switch {
-	case l >= slog.LevelError:
-		return "error"
-	case l >= slog.LevelWarn:
-		return "warn"
-	case l >= slog.LevelInfo:
-		return "info"
-	}
-	return "debug"
 }
 
 // appendLogs records lines in sandbox id's log. A sandbox not recorded

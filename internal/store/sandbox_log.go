@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -22,6 +23,19 @@ type SandboxLog struct {
 
 // LogLevels are the levels of SandboxLog, least severe first.
 var LogLevels = []string{"debug", "info", "warn", "error"}
+
+// LevelName is the E2B log level of l, one of LogLevels.
+func LevelName(l slog.Level) string {
+	switch {
+	case l >= slog.LevelError:
+		return "error"
+	case l >= slog.LevelWarn:
+		return "warn"
+	case l >= slog.LevelInfo:
+		return "info"
+	}
+	return "debug"
+}
 
 // SandboxLogQuery selects lines of one sandbox's log.
 type SandboxLogQuery struct {
