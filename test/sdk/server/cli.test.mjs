@@ -100,7 +100,7 @@ function sandboxIdIn(out) {
 }
 
 before(() => {
-  writeFileSync(join(work, 'Dockerfile'), 'FROM base\nRUN echo built-by-the-cli > /home/user/marker\n')
+  writeFileSync(join(work, 'Dockerfile'), 'FROM e2bdev/base\nRUN echo built-by-the-cli > /home/user/marker\n')
 })
 
 after(async () => {
@@ -165,8 +165,9 @@ describe('the e2b CLI', { concurrency: 1 }, () => {
   test('sandbox logs: the exec process, started and ended with its exit code', async () => {
     const out = await ok(['sandbox', 'logs', id])
     assert.match(out, /creating sandbox/, out)
-    assert.match(out, /process started[^\n]*exec-out/, `no start of the exec's process:\n${out}`)
-    assert.match(out, /process ended[^\n]*exit_code: '3'/, `no end of the exec's process with its exit code:\n${out}`)
+    // Each line's fields sorted by name: cmd and exit_code before message.
+    assert.match(out, /cmd: [^\n]*exec-out[^\n]*process started/, `no start of the exec's process:\n${out}`)
+    assert.match(out, /exit_code: '3'[^\n]*process ended/, `no end of the exec's process with its exit code:\n${out}`)
     const json = (await ok(['sandbox', 'logs', '--format', 'json', id])).trim().split('\n').map((l) => JSON.parse(l))
     assert.ok(json.some((l) => l.logger === 'envd' && l.message === 'process ended' && l.exit_code === '3'), JSON.stringify(json))
   })
@@ -207,10 +208,12 @@ describe('the e2b CLI', { concurrency: 1 }, () => {
     assert.match(await ok(['sandbox', 'kill', id]), /killed/i)
     const f = await follow
     assert.equal(f.code, 0, `${f.out}\n${f.err}`)
-    assert.match(f.out, /sandbox ended[^\n]*reason: 'killed'/, `--follow did not show the kill:\n${f.out}`)
-    assert.match(f.out, /Stopped printing logs/, f.out)
+    // It fetches lines, then asks whether the sandbox runs: a kill between
+    // the two ends it before the kill's own line, which `logs` shows after.
+    assert.match(f.out, /exit_code: '3'[^\n]*process ended/, f.out)
+    assert.match(f.out, /Stopped printing logs — sandbox is closed/, f.out)
     const out = await ok(['sandbox', 'logs', id])
-    assert.match(out, /process ended[^\n]*exit_code: '3'/, out)
+    assert.match(out, /exit_code: '3'[^\n]*process ended/, out)
     assert.match(out, /sandbox ended[^\n]*reason: 'killed'/, `the kill is not in the log after it:\n${out}`)
   })
 
