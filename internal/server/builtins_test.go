@@ -57,10 +57,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func TestBuiltInsOnDemand(t *testing.T) {
 	f := &fakeBuilds{ends: map[string]chan error{}}
+	// The clock, which the builds read too.
+	var clock sync.Mutex
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	b := newBuiltIns(t.Context(), nil, slog.New(slog.DiscardHandler), nil)
 	b.ensure = f.ensure
-	b.now = func() time.Time { return now }
+	b.now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
 	defer b.close()
 
 	// The first ask starts the build; the next ones see its progress.
@@ -90,7 +92,9 @@ func TestBuiltInsOnDemand(t *testing.T) {
 		t.Errorf("after the failure: %v (retry after %s)", be, be.RetryAfter)
 	}
 	// Past the delay an ask starts a new build.
+	clock.Lock()
 	now = now.Add(builtInRetryDelay)
+	clock.Unlock()
 	if err := b.missing("browser"); !errors.As(err, &be) || be.Failed != nil {
 		t.Errorf("ask after the retry delay = %v, want a new build", err)
 	}
