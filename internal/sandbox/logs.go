@@ -30,6 +30,9 @@ const (
 	guestLogChunk = 1 << 20
 	// DefaultLogRetention is how long an ended sandbox's log is kept.
 	DefaultLogRetention = 24 * time.Hour
+	// logPurgeEvery spaces the purges of ended sandboxes' logs, each a
+	// scan of the ended sandboxes' records.
+	logPurgeEvery = 10 * time.Minute
 
 	// The loggers a sandbox's log lines come from.
 	loggerLifecycle = "lifecycle"
@@ -250,8 +253,13 @@ func parseEnvdLine(l string) (store.SandboxLog, bool) {
 }
 
 // purgeLogs deletes the logs of sandboxes that ended longer than
-// Config.LogRetention ago.
+// Config.LogRetention ago, unless it did less than logPurgeEvery ago.
 func (m *Manager) purgeLogs() {
+	now := m.cfg.Now()
+	if last := m.logsPurgedAt.Load(); last != 0 && now.Sub(time.Unix(0, last)) < logPurgeEvery {
+		return
+	}
+	m.logsPurgedAt.Store(now.UnixNano())
 	n, err := m.cfg.Store.PurgeSandboxLogs(context.Background(), m.cfg.Now().Add(-m.cfg.LogRetention))
 	if err != nil {
 		m.log.Warn("purging the logs of ended sandboxes", "err", err)

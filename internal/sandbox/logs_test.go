@@ -136,3 +136,36 @@ func TestParseEnvdLine(t *testing.T) {
 		t.Errorf("read %+v, want %+v", line, want)
 	}
 }
+
+func TestSandboxLogRetention(t *testing.T) {
+	clk := newClock()
+	e := newEnv(t, func(c *Config) { c.LogRetention, c.Now = time.Hour, clk.now })
+	ctx := context.Background()
+	ended := e.create(t, CreateRequest{Timeout: 10 * time.Minute})
+	if err := e.m.Kill(ctx, ended.ID); err != nil {
+		t.Fatal(err)
+	}
+	lines := func() int {
+		t.Helper()
+		l, err := e.m.Logs(ctx, ended.ID, store.SandboxLogQuery{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(l)
+	}
+	if lines() == 0 {
+		t.Fatal("no log after the kill")
+	}
+	// Within the retention (and within logPurgeEvery of the last purge)
+	// it is kept; past both it goes.
+	clk.advance(time.Minute)
+	e.m.purgeLogs()
+	if lines() == 0 {
+		t.Fatal("the log went within the retention")
+	}
+	clk.advance(2 * time.Hour)
+	e.m.purgeLogs()
+	if n := lines(); n != 0 {
+		t.Errorf("%d lines kept past the retention", n)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
@@ -242,6 +243,8 @@ type Manager struct {
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// logsPurgedAt is when purgeLogs last ran, in unix nanoseconds.
+	logsPurgedAt atomic.Int64
 
 	kicks chan struct{} // wakes the pool loop
 
