@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func startJS(t *testing.T, cwd string) *JSRuntime {
+func startJS(t *testing.T, cwd string) *ProcessRuntime {
 	t.Helper()
 	requireBinary(t, "node")
 	rt, err := StartJavaScript(context.Background(), "", cwd)
@@ -50,6 +50,14 @@ func TestJavaScriptState(t *testing.T) {
 		{"await destructuring", "const {x, y: [z]} = await Promise.resolve({x: 1, y: [2]}); x + z", "3"},
 		{"require builtin", "const path = require('path'); path.join('a', 'b')", "'a/b'"},
 		{"import builtin", "import os from 'os'; import {join} from 'path'; typeof os.platform + join('c', 'd')", "'functionc/d'"},
+		{"import alone", "import { readFileSync } from 'fs'", ""},
+		{"imported binding persists", "typeof readFileSync", "'function'"},
+		{"namespace import", "import * as fsns from 'node:fs'; typeof fsns.statSync", "'function'"},
+		{"import expression", "const m = await import('path'); m.basename('/a/b')", "'b'"},
+		{"import expression in a function", "async function load() { return (await import('os')).EOL }; await load()", `'\n'`},
+		{"top-level await result", "await Promise.resolve('Hello World!')", "'Hello World!'"},
+		{"types stripped", "const message: string = 'typed'; function sub(x: number, y: number): number { return x - y }; message + sub(1, 2)", "'typed-1'"},
+		{"interface and enum", "interface P { x: number }\nenum Dir { Up = 1 }\nconst p: P = { x: Dir.Up }; p.x", "1"},
 		{"undefined has no result", "undefined", ""},
 		{"object", "({a: [1, 2]})", "{ a: [ 1, 2 ] }"},
 	}
@@ -96,7 +104,8 @@ func TestJavaScriptErrors(t *testing.T) {
 		name, code, wantName, wantValue, wantInTrace string
 	}{
 		{"thrown", "function boom() { throw new TypeError('bad thing') }\nboom()", "TypeError", "bad thing", "at boom"},
-		{"syntax", "let = ;", "SyntaxError", "Unexpected token ';'", "SyntaxError"},
+		{"syntax", "let = ;", "SyntaxError", `Unexpected ";"`, "<cell 2>:1:7: Unexpected \";\"\n  let = ;\n        ^"},
+		{"type syntax", "const x: = 1", "SyntaxError", `Unexpected "="`, "<cell 3>:1:10"},
 		{"reference", "notDefined + 1", "ReferenceError", "notDefined is not defined", "ReferenceError"},
 		{"rejected await", "await Promise.reject(new RangeError('no'))", "RangeError", "no", "RangeError: no"},
 		{"non-error", "throw 42", "Error", "42", "42"},
@@ -143,12 +152,18 @@ func TestJavaScriptEnvAndCwd(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "local.js"), []byte("module.exports = 'local module'"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "esm.mjs"), []byte("export const v = 'esm module'"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rt := startJS(t, dir)
 	if got := mainText(run(t, rt, "process.cwd()")); got != "'"+dir+"'" {
 		t.Errorf("cwd %s, want %s", got, dir)
 	}
 	if got := mainText(run(t, rt, "require('./local.js')")); got != "'local module'" {
 		t.Errorf("require of a file in cwd = %s", got)
+	}
+	if got := mainText(run(t, rt, "import { v } from './esm.mjs'; import local from './local.js'; v + ', ' + local")); got != "'esm module, local module'" {
+		t.Errorf("import of files in cwd = %s", got)
 	}
 	t.Setenv("E2B_TEST_KEEP", "") // not inherited: the kernel started before
 	restore, err := rt.SetEnv(context.Background(), map[string]string{"A_VAR": "1", "HOME": "/elsewhere"})

@@ -3,9 +3,7 @@ package codeinterp
 import (
 	"bufio"
 	"context"
-	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,113 +14,102 @@ import (
 	"time"
 )
 
-// kernelJS is the program the JavaScript runtime runs in Node.js.
+// ProcessRuntime is a persistent interpreter process that speaks the
+// kernel protocol of node/kernel.js and java/Kernel.java: requests as JSON
+// lines on its fd 3, messages as JSON lines on its fd 4.
 //
-//go:embed node/kernel.js
-var kernelJS string
-
-// JavaScriptFactory returns a Factory of JavaScript runtimes (also used for
-// TypeScript, which runs unchanged). node is the Node.js binary; "" means
-// node on PATH.
-func JavaScriptFactory(node string) Factory {
-	return func(ctx context.Context, cwd string) (Runtime, error) {
-		return StartJavaScript(ctx, node, cwd)
-	}
-}
-
-// JSRuntime is a persistent Node.js process running node/kernel.js: globals,
-// top-level declarations and required modules carry over between
-// executions (top-level let, const and class behave like var, so a later
-// cell may declare them again).
+//	{type:"execute", id, code, count} -> stdout/stderr, result, display, error..., end
+//	{type:"setenv", id, vars}          -> env   (the previous values are kept under id)
+//	{type:"restoreenv", id, token}     -> env   (puts back what setenv token changed)
 //
-// The kernel takes requests on fd 3 and answers with JSON lines on fd 4;
-// what the cell writes with console.* or process.stdout/stderr travels as
-// messages on fd 4, in order with its results. Output that child processes
-// write to the real stdout and stderr is read from pipes and ends up before
-// the end of the execution through marker lines, as in BashRuntime.
+// What the cell writes through the language's own stdout and stderr
+// travels as messages, in order with its results. Output that child
+// processes write to the real fds 1 and 2 is read from pipes and ends up
+// before the end of the execution: before "end" the kernel writes a marker
+// line (the mark, its last argument, then the request id) to both fds, as
+// in BashRuntime.
 //
-// Interrupting sends SIGINT: vm's breakOnSigint stops synchronous code (a
-// `while(true){}`) and an awaiting cell stops waiting, and the context
-// keeps its state. If the kernel does not end the cell within
-// jsInterruptTimeout (a loop after an await), the process is killed, the
-// runtime reports itself dead and the server starts a fresh one.
-type JSRuntime struct {
-	cmd     *exec.Cmd
-	toNode  *os.File // the kernel's fd 3
-	pipes   []*os.File
-	in      *inbox
-	exited  chan struct{} // closed when node has exited
-	waitErr error         // how node exited; read after exited is closed
+// Interrupting sends SIGINT, which the kernel turns into stopping the cell
+// while keeping its state. If the kernel does not end the cell within
+// processInterruptTimeout, the process is killed, the runtime reports
+// itself dead and the server starts a fresh one.
+type ProcessRuntime struct {
+	name     string // the interpreter, for errors
+	cmd      *exec.Cmd
+	requests *os.File // the process's fd 3
+	pipes    []*os.File
+	in       *inbox
+	exited   chan struct{} // closed when the process has exited
+	waitErr  error         // how it exited; read after exited is closed
+	// prepare, if set, rewrites each cell before the process sees it; a
+	// cell it refuses is reported as the Error output it returns.
+	prepare func(code string, count int) (string, *Output)
 
 	closeOnce sync.Once
 
-	mu  sync.Mutex // serializes requests; guards seq
-	seq int
+	mu    sync.Mutex // serializes requests; guards seq and count
+	seq   int
+	count int
 }
 
-var _ Runtime = (*JSRuntime)(nil)
+var _ Runtime = (*ProcessRuntime)(nil)
 
 // kernelMsg is a message from the kernel.
 type kernelMsg struct {
-	Type      string             `json:"type"`
-	ID        string             `json:"id"`
-	Count     int                `json:"count"`
-	Text      string             `json:"text"`
-	Data      map[string]any     `json:"data"`
-	Name      string             `json:"name"`
-	Value     string             `json:"value"`
-	Traceback string             `json:"traceback"`
-	Prev      map[string]*string `json:"prev"`
+	Type      string         `json:"type"`
+	ID        string         `json:"id"`
+	Text      string         `json:"text"`
+	Data      map[string]any `json:"data"`
+	Name      string         `json:"name"`
+	Value     string         `json:"value"`
+	Traceback string         `json:"traceback"`
 }
 
 const (
-	jsStartTimeout     = 30 * time.Second
-	jsInterruptTimeout = 3 * time.Second
+	processStartTimeout     = 30 * time.Second
+	processInterruptTimeout = 3 * time.Second
 )
 
-// StartJavaScript starts a JavaScript runtime in cwd.
-func StartJavaScript(ctx context.Context, node, cwd string) (*JSRuntime, error) {
-	if node == "" {
-		node = "node"
-	}
+// startProcess starts cmd (its Dir set to the context's working
+// directory), with the mark as a last argument, as a kernel and waits
+// until it says it is ready.
+func startProcess(ctx context.Context, name string, cmd *exec.Cmd, prepare func(string, int) (string, *Output)) (*ProcessRuntime, error) {
 	prefix := newMarkPrefix()
-	cmd := exec.Command(node, "--expose-internals", "-e", kernelJS)
-	cmd.Dir = cwd
-	cmd.Env = append(os.Environ(), "E2B_KERNEL_MARK="+strings.TrimSuffix(prefix[1:], ":"))
+	cmd.Args = append(cmd.Args, strings.TrimSuffix(prefix[1:], ":"))
 	prepareCmd(cmd)
 	p, err := startWithPipes(cmd, 2)
 	if err != nil {
-		return nil, fmt.Errorf("starting node: %w", err)
+		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	j := &JSRuntime{
-		cmd: cmd, toNode: p.extra[0], pipes: []*os.File{p.stdout, p.stderr, p.extra[1]},
-		in: newInbox(), exited: make(chan struct{}),
+	r := &ProcessRuntime{
+		name: name, cmd: cmd, requests: p.extra[0], pipes: []*os.File{p.stdout, p.stderr, p.extra[1]},
+		in: newInbox(), exited: make(chan struct{}), prepare: prepare,
 	}
-	go readMarked(p.stdout, Stdout, prefix, j.in)
-	go readMarked(p.stderr, Stderr, prefix, j.in)
-	go j.readMessages(p.extra[1])
+	go readMarked(p.stdout, Stdout, prefix, r.in)
+	go readMarked(p.stderr, Stderr, prefix, r.in)
+	go r.readMessages(p.extra[1])
 	go func() {
-		j.waitErr = cmd.Wait()
-		close(j.exited)
+		r.waitErr = cmd.Wait()
+		close(r.exited)
 	}()
 
-	ctx, cancel := context.WithTimeout(ctx, jsStartTimeout)
+	ctx, cancel := context.WithTimeout(ctx, processStartTimeout)
 	defer cancel()
-	_, err = j.await(ctx, func(e event) bool { return e.msg != nil && e.msg.Type == "ready" }, nil)
+	_, err = r.await(ctx, func(e event) bool { return e.msg != nil && e.msg.Type == "ready" }, nil)
 	if err != nil {
-		// What node printed (a syntax error, a bad flag) says why.
+		// What the interpreter printed (a compile error, a bad flag) says why.
 		var out strings.Builder
-		for _, e := range j.in.take() {
+		for _, e := range r.in.take() {
 			out.WriteString(e.text)
 		}
-		j.Close()
-		return nil, fmt.Errorf("starting the node kernel in %s: %w: %s", cwd, err, strings.TrimSpace(out.String()))
+		r.Close()
+		return nil, fmt.Errorf("starting the %s kernel in %s: %w: %s", name, cmd.Dir, err, strings.TrimSpace(out.String()))
 	}
-	return j, nil
+	return r, nil
 }
 
 // readMessages puts the kernel's protocol messages into the inbox.
-func (j *JSRuntime) readMessages(f *os.File) {
+func (r *ProcessRuntime) readMessages(f *os.File) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 256<<20)
 	for sc.Scan() {
@@ -130,20 +117,29 @@ func (j *JSRuntime) readMessages(f *os.File) {
 		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
 			continue
 		}
-		j.in.put(event{msg: &m})
+		r.in.put(event{msg: &m})
 	}
 }
 
 // Execute implements Runtime.
-func (j *JSRuntime) Execute(ctx context.Context, code string, emit func(Output)) error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	id, err := j.send(map[string]any{"type": "execute", "code": code})
+func (r *ProcessRuntime) Execute(ctx context.Context, code string, emit func(Output)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.count++
+	emit(Output{Kind: Count, Count: r.count})
+	if r.prepare != nil {
+		var refused *Output
+		if code, refused = r.prepare(code, r.count); refused != nil {
+			emit(*refused)
+			return nil
+		}
+	}
+	id, err := r.send(map[string]any{"type": "execute", "code": code, "count": r.count})
 	if err != nil {
 		return err
 	}
 	var ended, seenOut, seenErr bool
-	_, err = j.await(ctx, func(e event) bool {
+	_, err = r.await(ctx, func(e event) bool {
 		switch {
 		case e.isMark:
 			if e.marker == id {
@@ -160,8 +156,6 @@ func (j *JSRuntime) Execute(ctx context.Context, code string, emit func(Output))
 		default:
 			m := e.msg
 			switch m.Type {
-			case "count":
-				emit(Output{Kind: Count, Count: m.Count})
 			case "stdout":
 				emit(Output{Kind: Stdout, Text: m.Text})
 			case "stderr":
@@ -177,53 +171,56 @@ func (j *JSRuntime) Execute(ctx context.Context, code string, emit func(Output))
 			}
 		}
 		return ended && seenOut && seenErr
-	}, j.interrupt)
+	}, r.interrupt)
 	return err
 }
 
-// SetEnv implements Runtime.
-func (j *JSRuntime) SetEnv(ctx context.Context, vars map[string]string) (func(context.Context) error, error) {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	set := make(map[string]*string, len(vars))
-	for k, v := range vars {
-		set[k] = &v
-	}
-	prev, err := j.setenv(ctx, set)
+// SetEnv implements Runtime. The kernel keeps the previous values itself,
+// under the id of the setenv request, so that it restores exactly what it
+// changed (Java changes a system property and the environment).
+func (r *ProcessRuntime) SetEnv(ctx context.Context, vars map[string]string) (func(context.Context) error, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	token, err := r.envRequest(ctx, map[string]any{"type": "setenv", "vars": vars})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("setting environment variables in %s: %w", r.name, err)
 	}
 	return func(ctx context.Context) error {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		_, err := j.setenv(ctx, prev)
-		return err
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, err := r.envRequest(ctx, map[string]any{"type": "restoreenv", "token": token}); err != nil {
+			return fmt.Errorf("restoring environment variables in %s: %w", r.name, err)
+		}
+		return nil
 	}, nil
 }
 
-// setenv sets (nil: unsets) variables in the kernel and returns their
-// previous values. j.mu is held.
-func (j *JSRuntime) setenv(ctx context.Context, vars map[string]*string) (map[string]*string, error) {
-	id, err := j.send(map[string]any{"type": "setenv", "vars": vars})
+// envRequest sends a setenv or restoreenv request and waits for its
+// answer; it returns the request's id. r.mu is held.
+func (r *ProcessRuntime) envRequest(ctx context.Context, req map[string]any) (string, error) {
+	id, err := r.send(req)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	m, err := j.await(ctx, func(e event) bool {
-		return e.msg != nil && e.msg.ID == id && e.msg.Type == "env"
+	m, err := r.await(ctx, func(e event) bool {
+		return e.msg != nil && e.msg.ID == id && (e.msg.Type == "env" || e.msg.Type == "error")
 	}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("setting env in node: %w", err)
+		return "", err
 	}
-	return m.msg.Prev, nil
+	if m.msg.Type == "error" {
+		return "", fmt.Errorf("%s: %s", m.msg.Name, m.msg.Value)
+	}
+	return id, nil
 }
 
-// Close implements Runtime: it kills node and everything it started.
-func (j *JSRuntime) Close() error {
-	j.closeOnce.Do(func() {
-		_ = j.toNode.Close()
-		killGroup(j.cmd.Process.Pid)
-		<-j.exited
-		for _, f := range j.pipes {
+// Close implements Runtime: it kills the process and everything it started.
+func (r *ProcessRuntime) Close() error {
+	r.closeOnce.Do(func() {
+		_ = r.requests.Close()
+		killGroup(r.cmd.Process.Pid)
+		<-r.exited
+		for _, f := range r.pipes {
 			_ = f.Close()
 		}
 	})
@@ -231,62 +228,63 @@ func (j *JSRuntime) Close() error {
 }
 
 // send writes a request with a fresh id, after dropping what the kernel
-// said between requests. j.mu is held.
-func (j *JSRuntime) send(req map[string]any) (string, error) {
-	j.seq++
-	id := strconv.Itoa(j.seq)
+// said between requests. r.mu is held.
+func (r *ProcessRuntime) send(req map[string]any) (string, error) {
+	r.seq++
+	id := strconv.Itoa(r.seq)
 	req["id"] = id
 	b, err := json.Marshal(req)
 	if err != nil {
 		return "", fmt.Errorf("encoding a kernel request: %w", err)
 	}
-	j.in.take()
-	if _, err := j.toNode.Write(append(b, '\n')); err != nil {
-		return "", j.exitErr(fmt.Errorf("sending a request to node: %w", err))
+	r.in.take()
+	if _, err := r.requests.Write(append(b, '\n')); err != nil {
+		return "", r.exitErr(fmt.Errorf("sending a request to %s: %w", r.name, err))
 	}
 	return id, nil
 }
 
 // await passes events to handle until it returns true, and returns that
 // event. When ctx ends, onCancel (if any) is called to interrupt the
-// kernel, which is then given jsInterruptTimeout to finish before it is
-// killed; without onCancel, await returns ctx.Err() at once.
-func (j *JSRuntime) await(ctx context.Context, handle func(event) bool, onCancel func()) (event, error) {
+// kernel, which is then given processInterruptTimeout to finish before it
+// is killed; without onCancel, await returns ctx.Err() at once.
+func (r *ProcessRuntime) await(ctx context.Context, handle func(event) bool, onCancel func()) (event, error) {
 	done := ctx.Done()
 	var giveUp <-chan time.Time
 	for {
 		select {
-		case <-j.in.notify:
-			for _, e := range j.in.take() {
+		case <-r.in.notify:
+			for _, e := range r.in.take() {
 				if handle(e) {
 					return e, nil
 				}
 			}
-		case <-j.exited:
-			return event{}, j.exitErr(nil)
+		case <-r.exited:
+			return event{}, r.exitErr(nil)
 		case <-done:
 			if onCancel == nil {
 				return event{}, ctx.Err()
 			}
 			done = nil
 			onCancel()
-			giveUp = time.After(jsInterruptTimeout)
+			giveUp = time.After(processInterruptTimeout)
 		case <-giveUp:
-			killGroup(j.cmd.Process.Pid)
-			return event{}, errors.New("node did not stop after an interrupt and was killed")
+			killGroup(r.cmd.Process.Pid)
+			return event{}, fmt.Errorf("%s did not stop after an interrupt and was killed", r.name)
 		}
 	}
 }
 
-func (j *JSRuntime) interrupt() {
-	signalPID(j.cmd.Process.Pid, syscall.SIGINT)
+func (r *ProcessRuntime) interrupt() {
+	signalPID(r.cmd.Process.Pid, syscall.SIGINT)
 }
 
-// exitErr describes why talking to node failed, preferring how it exited.
-func (j *JSRuntime) exitErr(err error) error {
+// exitErr describes why talking to the process failed, preferring how it
+// exited.
+func (r *ProcessRuntime) exitErr(err error) error {
 	select {
-	case <-j.exited:
-		return fmt.Errorf("node exited: %v", j.waitErr)
+	case <-r.exited:
+		return fmt.Errorf("%s exited: %v", r.name, r.waitErr)
 	default:
 		return err
 	}
