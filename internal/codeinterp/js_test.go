@@ -3,7 +3,6 @@ package codeinterp
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,22 +23,8 @@ func startJS(t *testing.T, cwd string) *ProcessRuntime {
 	return rt
 }
 
-// mainText returns the text/plain of the main result, or "" without one.
-func mainText(o outputs) string {
-	for _, r := range o.of(Result) {
-		if r.IsMain {
-			s, _ := r.Data["text/plain"].(string)
-			return s
-		}
-	}
-	return ""
-}
-
 func TestJavaScriptState(t *testing.T) {
-	rt := startJS(t, t.TempDir())
-	tests := []struct {
-		name, code, want string
-	}{
+	checkResults(t, startJS(t, t.TempDir()), []resultCase{
 		{"let and const", "let a = 1; const b = 2; var c = 3; function f() { return a + b + c }", ""},
 		{"state persists", "f()", "6"},
 		{"redeclare const", "const b = 10; a + b", "11"},
@@ -60,37 +45,15 @@ func TestJavaScriptState(t *testing.T) {
 		{"interface and enum", "interface P { x: number }\nenum Dir { Up = 1 }\nconst p: P = { x: Dir.Up }; p.x", "1"},
 		{"undefined has no result", "undefined", ""},
 		{"object", "({a: [1, 2]})", "{ a: [ 1, 2 ] }"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := run(t, rt, tt.code)
-			if errs := o.of(Error); len(errs) > 0 {
-				t.Fatalf("error: %+v", errs[0])
-			}
-			if got := mainText(o); got != tt.want {
-				t.Errorf("result %q, want %q", got, tt.want)
-			}
-		})
-	}
+	})
 }
 
 func TestJavaScriptOutputOrder(t *testing.T) {
 	rt := startJS(t, t.TempDir())
 	o := run(t, rt, `console.log('one'); console.error('two'); process.stdout.write('three\n');
 require('child_process').execSync('echo child', {stdio: 'inherit'}); console.log('four'); 5`)
-	var got []string
-	for _, out := range o {
-		switch out.Kind {
-		case Count:
-			got = append(got, "count")
-		case Stdout, Stderr:
-			got = append(got, out.Kind.String()+":"+strings.TrimSpace(out.Text))
-		case Result:
-			got = append(got, "result:"+out.Data["text/plain"].(string))
-		}
-	}
 	want := []string{"count", "stdout:one", "stderr:two", "stdout:three", "stdout:child", "stdout:four", "result:5"}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, summary(o)); diff != "" {
 		t.Errorf("outputs (-want +got):\n%s", diff)
 	}
 	if c := run(t, rt, "1").of(Count); len(c) != 1 || c[0].Count != 2 {
@@ -100,31 +63,18 @@ require('child_process').execSync('echo child', {stdio: 'inherit'}); console.log
 
 func TestJavaScriptErrors(t *testing.T) {
 	rt := startJS(t, t.TempDir())
-	tests := []struct {
-		name, code, wantName, wantValue, wantInTrace string
-	}{
+	checkErrors(t, rt, []errorCase{
 		{"thrown", "function boom() { throw new TypeError('bad thing') }\nboom()", "TypeError", "bad thing", "at boom"},
 		{"syntax", "let = ;", "SyntaxError", `Unexpected ";"`, "<cell 2>:1:7: Unexpected \";\"\n  let = ;\n        ^"},
 		{"type syntax", "const x: = 1", "SyntaxError", `Unexpected "="`, "<cell 3>:1:10"},
 		{"reference", "notDefined + 1", "ReferenceError", "notDefined is not defined", "ReferenceError"},
 		{"rejected await", "await Promise.reject(new RangeError('no'))", "RangeError", "no", "RangeError: no"},
 		{"non-error", "throw 42", "Error", "42", "42"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			errs := run(t, rt, tt.code).of(Error)
-			if len(errs) != 1 {
-				t.Fatalf("errors %+v, want one", errs)
-			}
-			e := errs[0]
-			if e.Name != tt.wantName || e.Value != tt.wantValue || !strings.Contains(e.Traceback, tt.wantInTrace) {
-				t.Errorf("error %q %q %q, want %q %q and a traceback with %q", e.Name, e.Value, e.Traceback, tt.wantName, tt.wantValue, tt.wantInTrace)
-			}
-			if strings.Contains(e.Traceback, "node:vm") {
-				t.Errorf("traceback shows the kernel's frames: %q", e.Traceback)
-			}
-		})
-	}
+	}, func(t *testing.T, e Output) {
+		if strings.Contains(e.Traceback, "node:vm") {
+			t.Errorf("traceback shows the kernel's frames: %q", e.Traceback)
+		}
+	})
 	// An unhandled rejection does not kill the kernel.
 	run(t, rt, "Promise.reject(new Error('later')); 1")
 	time.Sleep(50 * time.Millisecond)
@@ -183,23 +133,14 @@ func TestJavaScriptEnvAndCwd(t *testing.T) {
 
 func TestJavaScriptThroughServer(t *testing.T) {
 	requireBinary(t, "node")
-	s, err := New(Config{
-		Runtimes:   map[string]Factory{"javascript": JavaScriptFactory(""), "bash": BashFactory("")},
-		DefaultCwd: t.TempDir(),
-		EnvdURL:    "http://127.0.0.1:1",
+	ts := newTestServer(t, func(c *Config) {
+		c.Runtimes = map[string]Factory{"javascript": JavaScriptFactory(""), "bash": BashFactory("")}
+		c.DefaultCwd = t.TempDir()
 	})
-	if err != nil {
+	if err := ts.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.Close()
-		s.Close()
-	}()
-	status, lines := execute(t, context.Background(), hs.URL, map[string]any{
+	status, lines := execute(t, context.Background(), ts.url, map[string]any{
 		"code": "console.log(process.env.GREETING); 'abc'", "language": "ts", "env_vars": map[string]string{"GREETING": "hello"},
 	}, nil)
 	want := []map[string]any{
@@ -211,7 +152,7 @@ func TestJavaScriptThroughServer(t *testing.T) {
 	if diff := cmp.Diff(want, withoutTimestamps(t, lines)); status != http.StatusOK || diff != "" {
 		t.Errorf("status %d, lines (-want +got):\n%s", status, diff)
 	}
-	_, lines = execute(t, context.Background(), hs.URL, map[string]any{"code": "echo $((6*7))", "language": "bash"}, nil)
+	_, lines = execute(t, context.Background(), ts.url, map[string]any{"code": "echo $((6*7))", "language": "bash"}, nil)
 	if got := withoutTimestamps(t, lines)[1]["text"]; got != "42\n" {
 		t.Errorf("bash through the server printed %q", got)
 	}

@@ -45,6 +45,81 @@ func run(t *testing.T, rt Runtime, code string) outputs {
 	return o
 }
 
+// mainText returns the text/plain of the main result, or "" without one.
+func mainText(o outputs) string {
+	for _, r := range o.of(Result) {
+		if r.IsMain {
+			s, _ := r.Data["text/plain"].(string)
+			return s
+		}
+	}
+	return ""
+}
+
+// summary shows outputs in order as "count", "stdout:TEXT", "stderr:TEXT"
+// (trimmed), "result:TEXT" and "error:NAME: VALUE".
+func summary(o outputs) []string {
+	var got []string
+	for _, out := range o {
+		switch out.Kind {
+		case Count:
+			got = append(got, "count")
+		case Stdout, Stderr:
+			got = append(got, out.Kind.String()+":"+strings.TrimSpace(out.Text))
+		case Result:
+			got = append(got, "result:"+out.Data["text/plain"].(string))
+		case Error:
+			got = append(got, "error:"+out.Name+": "+out.Value)
+		}
+	}
+	return got
+}
+
+// resultCase is a cell and the text/plain of its main result ("": none).
+type resultCase struct{ name, code, want string }
+
+// checkResults runs the cells in turn, as subtests, and checks that each
+// has no error and the result it wants.
+func checkResults(t *testing.T, rt Runtime, cases []resultCase) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			o := run(t, rt, tt.code)
+			if errs := o.of(Error); len(errs) > 0 {
+				t.Fatalf("error: %+v", errs[0])
+			}
+			if got := mainText(o); got != tt.want {
+				t.Errorf("result %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// errorCase is a cell that fails, with the error's name, the start of its
+// value and a piece of its traceback.
+type errorCase struct{ name, code, wantName, wantValue, wantInTrace string }
+
+// checkErrors runs the cells in turn, as subtests, and checks that each
+// ends in the one error it wants; more, if set, checks that error further.
+func checkErrors(t *testing.T, rt Runtime, cases []errorCase, more func(*testing.T, Output)) {
+	t.Helper()
+	for _, tt := range cases {
+		t.Run(tt.name, func(t *testing.T) {
+			errs := run(t, rt, tt.code).of(Error)
+			if len(errs) != 1 {
+				t.Fatalf("errors %+v, want one", errs)
+			}
+			e := errs[0]
+			if e.Name != tt.wantName || !strings.HasPrefix(e.Value, tt.wantValue) || !strings.Contains(e.Traceback, tt.wantInTrace) {
+				t.Errorf("error %q %q %q, want %q, a value starting %q and a traceback with %q", e.Name, e.Value, e.Traceback, tt.wantName, tt.wantValue, tt.wantInTrace)
+			}
+			if more != nil {
+				more(t, e)
+			}
+		})
+	}
+}
+
 // requireBinary skips the test when a runtime's interpreter is missing;
 // under CI it fails.
 func requireBinary(t *testing.T, name string) {
