@@ -12,17 +12,11 @@ import (
 
 func startJava(t *testing.T, cwd string) Runtime {
 	t.Helper()
-	requireBinary(t, "java")
 	factory, err := JavaFactory("java", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := factory(context.Background(), cwd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	return rt
+	return startRuntime(t, "java", factory, cwd)
 }
 
 func TestJavaState(t *testing.T) {
@@ -43,20 +37,12 @@ func TestJavaState(t *testing.T) {
 }
 
 func TestJavaOutputOrder(t *testing.T) {
-	rt := startJava(t, t.TempDir())
-	o := run(t, rt, `System.out.println("one");
+	checkOutputOrder(t, startJava(t, t.TempDir()), `System.out.println("one");
 System.err.println("two");
 System.out.print("three\n");
 new ProcessBuilder("echo", "child").inheritIO().start().waitFor();
 printf("%s%n", "four");
 5`)
-	want := []string{"count", "stdout:one", "stderr:two", "stdout:three", "stdout:child", "stdout:four", "result:5"}
-	if diff := cmp.Diff(want, summary(o)); diff != "" {
-		t.Errorf("outputs (-want +got):\n%s", diff)
-	}
-	if c := run(t, rt, "1").of(Count); len(c) != 1 || c[0].Count != 2 {
-		t.Errorf("second execution count %+v, want 2", c)
-	}
 }
 
 func TestJavaErrors(t *testing.T) {

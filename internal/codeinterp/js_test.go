@@ -12,15 +12,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func startJS(t *testing.T, cwd string) *ProcessRuntime {
+func startJS(t *testing.T, cwd string) Runtime {
 	t.Helper()
-	requireBinary(t, "node")
-	rt, err := StartJavaScript(context.Background(), "", cwd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	return rt
+	return startRuntime(t, "node", JavaScriptFactory(""), cwd)
 }
 
 func TestJavaScriptState(t *testing.T) {
@@ -49,16 +43,8 @@ func TestJavaScriptState(t *testing.T) {
 }
 
 func TestJavaScriptOutputOrder(t *testing.T) {
-	rt := startJS(t, t.TempDir())
-	o := run(t, rt, `console.log('one'); console.error('two'); process.stdout.write('three\n');
+	checkOutputOrder(t, startJS(t, t.TempDir()), `console.log('one'); console.error('two'); process.stdout.write('three\n');
 require('child_process').execSync('echo child', {stdio: 'inherit'}); console.log('four'); 5`)
-	want := []string{"count", "stdout:one", "stderr:two", "stdout:three", "stdout:child", "stdout:four", "result:5"}
-	if diff := cmp.Diff(want, summary(o)); diff != "" {
-		t.Errorf("outputs (-want +got):\n%s", diff)
-	}
-	if c := run(t, rt, "1").of(Count); len(c) != 1 || c[0].Count != 2 {
-		t.Errorf("second execution count %+v, want 2", c)
-	}
 }
 
 func TestJavaScriptErrors(t *testing.T) {

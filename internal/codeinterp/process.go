@@ -1,11 +1,9 @@
 package codeinterp
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -34,18 +32,10 @@ import (
 // processInterruptTimeout, the process is killed, the runtime reports
 // itself dead and the server starts a fresh one.
 type ProcessRuntime struct {
-	name     string // the interpreter, for errors
-	cmd      *exec.Cmd
-	requests *os.File // the process's fd 3
-	pipes    []*os.File
-	in       *inbox
-	exited   chan struct{} // closed when the process has exited
-	waitErr  error         // how it exited; read after exited is closed
+	*interpreter
 	// prepare, if set, rewrites each cell before the process sees it; a
 	// cell it refuses is reported as the Error output it returns.
 	prepare func(code string, count int) (string, *Output)
-
-	closeOnce sync.Once
 
 	mu    sync.Mutex // serializes requests; guards seq and count
 	seq   int
@@ -53,17 +43,6 @@ type ProcessRuntime struct {
 }
 
 var _ Runtime = (*ProcessRuntime)(nil)
-
-// kernelMsg is a message from the kernel.
-type kernelMsg struct {
-	Type      string         `json:"type"`
-	ID        string         `json:"id"`
-	Text      string         `json:"text"`
-	Data      map[string]any `json:"data"`
-	Name      string         `json:"name"`
-	Value     string         `json:"value"`
-	Traceback string         `json:"traceback"`
-}
 
 const (
 	processStartTimeout     = 30 * time.Second
@@ -76,22 +55,11 @@ const (
 func startProcess(ctx context.Context, name string, cmd *exec.Cmd, prepare func(string, int) (string, *Output)) (*ProcessRuntime, error) {
 	prefix := newMarkPrefix()
 	cmd.Args = append(cmd.Args, strings.TrimSuffix(prefix[1:], ":"))
-	prepareCmd(cmd)
-	p, err := startWithPipes(cmd, 2)
+	i, err := startInterpreter(name, cmd, prefix, true)
 	if err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
+		return nil, err
 	}
-	r := &ProcessRuntime{
-		name: name, cmd: cmd, requests: p.extra[0], pipes: []*os.File{p.stdout, p.stderr, p.extra[1]},
-		in: newInbox(), exited: make(chan struct{}), prepare: prepare,
-	}
-	go readMarked(p.stdout, Stdout, prefix, r.in)
-	go readMarked(p.stderr, Stderr, prefix, r.in)
-	go r.readMessages(p.extra[1])
-	go func() {
-		r.waitErr = cmd.Wait()
-		close(r.exited)
-	}()
+	r := &ProcessRuntime{interpreter: i, prepare: prepare}
 
 	ctx, cancel := context.WithTimeout(ctx, processStartTimeout)
 	defer cancel()
@@ -106,19 +74,6 @@ func startProcess(ctx context.Context, name string, cmd *exec.Cmd, prepare func(
 		return nil, fmt.Errorf("starting the %s kernel in %s: %w: %s", name, cmd.Dir, err, strings.TrimSpace(out.String()))
 	}
 	return r, nil
-}
-
-// readMessages puts the kernel's protocol messages into the inbox.
-func (r *ProcessRuntime) readMessages(f *os.File) {
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 256<<20)
-	for sc.Scan() {
-		var m kernelMsg
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			continue
-		}
-		r.in.put(event{msg: &m})
-	}
 }
 
 // Execute implements Runtime.
@@ -214,19 +169,6 @@ func (r *ProcessRuntime) envRequest(ctx context.Context, req map[string]any) (st
 	return id, nil
 }
 
-// Close implements Runtime: it kills the process and everything it started.
-func (r *ProcessRuntime) Close() error {
-	r.closeOnce.Do(func() {
-		_ = r.requests.Close()
-		killGroup(r.cmd.Process.Pid)
-		<-r.exited
-		for _, f := range r.pipes {
-			_ = f.Close()
-		}
-	})
-	return nil
-}
-
 // send writes a request with a fresh id, after dropping what the kernel
 // said between requests. r.mu is held.
 func (r *ProcessRuntime) send(req map[string]any) (string, error) {
@@ -238,7 +180,7 @@ func (r *ProcessRuntime) send(req map[string]any) (string, error) {
 		return "", fmt.Errorf("encoding a kernel request: %w", err)
 	}
 	r.in.take()
-	if _, err := r.requests.Write(append(b, '\n')); err != nil {
+	if _, err := r.input.Write(append(b, '\n')); err != nil {
 		return "", r.exitErr(fmt.Errorf("sending a request to %s: %w", r.name, err))
 	}
 	return id, nil
@@ -269,7 +211,7 @@ func (r *ProcessRuntime) await(ctx context.Context, handle func(event) bool, onC
 			onCancel()
 			giveUp = time.After(processInterruptTimeout)
 		case <-giveUp:
-			killGroup(r.cmd.Process.Pid)
+			r.kill()
 			return event{}, fmt.Errorf("%s did not stop after an interrupt and was killed", r.name)
 		}
 	}
@@ -277,15 +219,4 @@ func (r *ProcessRuntime) await(ctx context.Context, handle func(event) bool, onC
 
 func (r *ProcessRuntime) interrupt() {
 	signalPID(r.cmd.Process.Pid, syscall.SIGINT)
-}
-
-// exitErr describes why talking to the process failed, preferring how it
-// exited.
-func (r *ProcessRuntime) exitErr(err error) error {
-	select {
-	case <-r.exited:
-		return fmt.Errorf("%s exited: %v", r.name, r.waitErr)
-	default:
-		return err
-	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+	"github.com/google/go-cmp/cmp"
 )
 
 // outputs collects what executions emit.
@@ -75,6 +76,22 @@ func summary(o outputs) []string {
 	return got
 }
 
+// checkOutputOrder runs code, a first cell that writes "one" to stdout,
+// "two" to stderr, "three" to stdout another way, has a child process
+// print "child" to the real stdout, writes "four" and ends in the value 5,
+// and checks that the outputs keep that order and that the next cell is
+// execution 2.
+func checkOutputOrder(t *testing.T, rt Runtime, code string) {
+	t.Helper()
+	want := []string{"count", "stdout:one", "stderr:two", "stdout:three", "stdout:child", "stdout:four", "result:5"}
+	if diff := cmp.Diff(want, summary(run(t, rt, code))); diff != "" {
+		t.Errorf("outputs (-want +got):\n%s", diff)
+	}
+	if c := run(t, rt, "1").of(Count); len(c) != 1 || c[0].Count != 2 {
+		t.Errorf("second execution count %+v, want 2", c)
+	}
+}
+
 // resultCase is a cell and the text/plain of its main result ("": none).
 type resultCase struct{ name, code, want string }
 
@@ -126,6 +143,19 @@ func requireBinary(t *testing.T, name string) {
 	t.Helper()
 	_, err := exec.LookPath(name)
 	testenv.Require(t, err == nil, "test needs "+name+" on PATH")
+}
+
+// startRuntime starts a runtime of factory in cwd, closed when the test
+// ends; binary is the interpreter it runs, which the test requires.
+func startRuntime(t *testing.T, binary string, factory Factory, cwd string) Runtime {
+	t.Helper()
+	requireBinary(t, binary)
+	rt, err := factory(context.Background(), cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	return rt
 }
 
 // interruptAfter runs code with a ctx that ends after d and checks that the
