@@ -68,19 +68,6 @@ describe(`code interpreter languages (${mode} mode)`, { timeout: 600_000 }, () =
     assert.equal(inCtx.text, '/tmp /tmp/f')
   })
 
-  test('Java env vars: sandbox-wide, per run, and an overwrite that goes back to the sandbox value', async () => {
-    const wide = await sbx.runCode('System.getProperty("TEST_ENV_VAR")', { language: 'java' })
-    assert.equal(wide.results[0]?.text.trim(), 'supertest', JSON.stringify(wide))
-    const per = await sbx.runCode('System.getProperty("FOO")', { language: 'java', envs: { FOO: 'bar' } })
-    const gone = await sbx.runCode('System.getProperty("FOO", "default")', { language: 'java' })
-    assert.equal(per.results[0]?.text.trim(), 'bar')
-    assert.equal(gone.results[0]?.text.trim(), 'default')
-    const over = await sbx.runCode('System.getProperty("TEST_ENV_VAR")', { language: 'java', envs: { TEST_ENV_VAR: 'overwrite' } })
-    const back = await sbx.runCode('System.getProperty("TEST_ENV_VAR")', { language: 'java' })
-    assert.equal(over.results[0]?.text.trim(), 'overwrite')
-    assert.equal(back.results[0]?.text.trim(), 'supertest')
-  })
-
   test('TypeScript: types are stripped, process.cwd() is the cwd, and ts has a context of its own', async () => {
     const sub = await sbx.runCode('function subtract(x: number, y: number): number {\n  return x - y;\n}\n\nsubtract(1, 2)\n', { language: 'ts' })
     assert.equal(sub.error, undefined, JSON.stringify(sub.error))
@@ -108,25 +95,18 @@ describe(`code interpreter languages (${mode} mode)`, { timeout: 600_000 }, () =
     assert.equal(dyn.text, 'a/b')
   })
 
-  test('R env vars per run are restored afterwards', async () => {
-    const per = await sbx.runCode('Sys.getenv("FOO")', { language: 'r', envs: { FOO: 'bar' } })
-    const gone = await sbx.runCode('Sys.getenv("FOO", unset = "default")', { language: 'r' })
-    assert.equal(per.results[0]?.text.trim(), '[1] "bar"', JSON.stringify(per))
-    assert.equal(gone.results[0]?.text.trim(), '[1] "default"')
-    const over = await sbx.runCode('Sys.getenv("TEST_ENV_VAR")', { language: 'r', envs: { TEST_ENV_VAR: 'overwrite' } })
-    const back = await sbx.runCode('Sys.getenv("TEST_ENV_VAR")', { language: 'r' })
-    assert.equal(over.results[0]?.text.trim(), '[1] "overwrite"')
-    assert.equal(back.results[0]?.text.trim(), '[1] "supertest"')
-  })
-
-  test('per-run env vars apply to that run only, in every language', async () => {
-    for (const [language, read] of Object.entries(READ_ENV)) {
+  // E2B's env_vars tests for each language: the sandbox-wide value, a
+  // per-run variable gone after its run, and a per-run overwrite of the
+  // sandbox-wide one that goes back to it.
+  for (const [language, read] of Object.entries(READ_ENV)) {
+    test(`${language} env vars: sandbox-wide, per run, and an overwrite restored afterwards`, async () => {
       const show = read.quote ?? ((v) => v)
       const seen = async (name, envs) => read.value(await sbx.runCode(read.code(name), { language, envs }))
-      assert.equal(await seen('PER_RUN', { PER_RUN: 'once' }), show('once'), `${language}: per run`)
-      assert.equal(await seen('PER_RUN'), read.unset, `${language}: after the run`)
-      assert.equal(await seen('TEST_ENV_VAR', { TEST_ENV_VAR: 'overwrite' }), show('overwrite'), `${language}: overwrite`)
-      assert.equal(await seen('TEST_ENV_VAR'), show('supertest'), `${language}: sandbox value back`)
-    }
-  })
+      assert.equal(await seen('TEST_ENV_VAR'), show('supertest'), 'sandbox-wide')
+      assert.equal(await seen('PER_RUN', { PER_RUN: 'once' }), show('once'), 'per run')
+      assert.equal(await seen('PER_RUN'), read.unset, 'after the run')
+      assert.equal(await seen('TEST_ENV_VAR', { TEST_ENV_VAR: 'overwrite' }), show('overwrite'), 'overwrite')
+      assert.equal(await seen('TEST_ENV_VAR'), show('supertest'), 'sandbox value back')
+    })
+  }
 })
