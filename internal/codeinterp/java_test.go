@@ -50,10 +50,10 @@ func TestJavaErrors(t *testing.T) {
 	run(t, rt, "int kept = 7;")
 	checkErrors(t, rt, []errorCase{
 		{"thrown", "int zero = 0;\n1 / zero", "EvalException", "/ by zero", "java.lang.ArithmeticException: / by zero"},
-		{"without a message", "throw new IllegalStateException()", "EvalException", "null", "java.lang.IllegalStateException: null"},
-		{"does not compile", "undefinedVar + 1", "CompilationException", "cannot find symbol\n  symbol:   variable undefinedVar", "undefinedVar + 1\n^^^^^^^^^^^^"},
-		{"incomplete", "int y = ", "IncompleteSourceException", "int y =", "Incomplete input:\nint y ="},
-		{"unresolved", "void f() { g(); }\nf()", "UnresolvedReferenceException", "", "UnresolvedReferenceException"},
+		{"without a message", "throw new IllegalStateException()", "EvalException", "", "java.lang.IllegalStateException\n\tat "},
+		{"does not compile", "undefinedVar + 1", "CompilationException", "", "undefinedVar + 1\n^^^^^^^^^^^^\ncannot find symbol\n  symbol:   variable undefinedVar"},
+		{"incomplete", "int y = ", "IncompleteSourceException", "", "Incomplete input:\nint y ="},
+		{"unresolved", "void f() { g(); }\nf()", "UnresolvedReferenceException", "Attempt to use definition snippet with unresolved references in MethodSnippet:f/()void-void f() { g(); }", "UnresolvedReferenceException"},
 		{"a result whose toString throws", "new Object() { public String toString() { throw new IllegalStateException(\"no text\"); } }", "IllegalStateException", "no text", "java.lang.IllegalStateException: no text"},
 		{"stops at the first failure", "kept = 8;\nthrow new RuntimeException(\"stop\");\nkept = 9;", "EvalException", "stop", "java.lang.RuntimeException: stop"},
 	}, nil)
@@ -65,16 +65,18 @@ func TestJavaErrors(t *testing.T) {
 func TestJavaInterrupt(t *testing.T) {
 	rt := startJava(t, t.TempDir())
 	run(t, rt, "String kept = \"yes\";")
-	tests := []struct{ code, wantKept string }{
-		{"while (true) {}", "yes"},
-		{"Thread.sleep(30000);", "yes"},
+	// The error names the snippet stopped, as IJava's does.
+	tests := []struct{ code, stopped, wantKept string }{
+		{"while (true) {}", "while (true) {}", "yes"},
+		{"Thread.sleep(30000);", "Thread.sleep(30000);", "yes"},
 		// The snippets before the stopped one have run, those after it do not.
-		{"kept = \"before\";\nwhile (true) {}\nkept = \"after\";", "before"},
+		{"kept = \"before\";\nwhile (true) {}\nkept = \"after\";", "while (true) {}", "before"},
 	}
 	for _, tt := range tests {
 		o := interruptAfter(t, rt, tt.code, time.Second)
-		if errs := o.of(Error); len(errs) != 1 || errs[0].Name != "EvaluationInterruptedException" {
-			t.Errorf("%q: errors %+v, want one EvaluationInterruptedException", tt.code, errs)
+		want := "Evaluator was interrupted while executing: '" + tt.stopped + "'"
+		if errs := o.of(Error); len(errs) != 1 || errs[0].Name != "EvaluationInterruptedException" || errs[0].Value != want {
+			t.Errorf("%q: errors %+v, want one EvaluationInterruptedException %q", tt.code, errs, want)
 		}
 		if got := mainText(run(t, rt, "kept")); got != tt.wantKept {
 			t.Errorf("after interrupting %q: kept = %q, want %q", tt.code, got, tt.wantKept)

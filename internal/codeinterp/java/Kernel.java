@@ -15,10 +15,13 @@
 //
 // Snippets run in this JVM (IJava's way too), each on a thread of its own,
 // so SIGINT can stop one: the thread is interrupted, then stopped by force
-// if it goes on. Errors are named as IJava names them: EvalException for an
-// exception the code threw (value: its message, traceback: its stack trace
-// under its real class), CompilationException for code that does not
-// compile, IncompleteSourceException for a cell that ends mid-statement.
+// if it goes on. Errors are named, and their values given, as IJava's
+// error replies give them: EvalException for an exception the code threw
+// (value: its message, "" without one; traceback: its stack trace under
+// its real class), CompilationException for code that does not compile
+// (value ""; the diagnostics, the source pointed at, are the traceback),
+// IncompleteSourceException for a cell that ends mid-statement (value ""),
+// EvaluationInterruptedException for a stopped snippet.
 //
 // setenv sets each variable as a system property, as the official server
 // does (its tests read System.getProperty): a JVM cannot change its own
@@ -42,7 +45,6 @@ import java.io.StringWriter;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.nio.charset.StandardCharsets;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -138,7 +140,7 @@ public final class Kernel {
             }
             if (info.completeness() != SourceCodeAnalysis.Completeness.EMPTY) {
                 String source = info.remaining().trim();
-                throw new CellError("IncompleteSourceException", source, "Incomplete input:\n" + source);
+                throw new CellError("IncompleteSourceException", "", "Incomplete input:\n" + source);
             }
             if (result != null) {
                 send(Json.object("type", "result", "id", id, "data", Map.of("text/plain", String.valueOf(result))));
@@ -147,7 +149,7 @@ public final class Kernel {
             send(Json.object("type", "error", "id", id, "name", e.name, "value", e.value, "traceback", e.traceback));
         } catch (RuntimeException e) {
             // A result's toString that throws, or JShell failing: named as IJava names what it catches.
-            send(Json.object("type", "error", "id", id, "name", e.getClass().getSimpleName(), "value", String.valueOf(e.getMessage()), "traceback", stackTrace(e)));
+            send(Json.object("type", "error", "id", id, "name", e.getClass().getSimpleName(), "value", messageOf(e), "traceback", stackTrace(e)));
         } finally {
             System.out.flush();
             System.err.flush();
@@ -176,7 +178,8 @@ public final class Kernel {
             };
         }
         if (control.stopped()) {
-            throw new CellError("EvaluationInterruptedException", "Execution was interrupted", "");
+            String what = "Evaluator was interrupted while executing: '" + source.strip() + "'";
+            throw new CellError("EvaluationInterruptedException", what, "EvaluationInterruptedException: " + what);
         }
         for (SnippetEvent e : events) {
             if (e.causeSnippet() != null) {
@@ -198,27 +201,30 @@ public final class Kernel {
         return trace.toString().stripTrailing();
     }
 
+    /** An error's message, "" without one, as IJava's error replies show it. */
+    private static String messageOf(Throwable e) {
+        return e.getMessage() == null ? "" : e.getMessage();
+    }
+
     private static CellError runtimeError(JShellException e) {
         String text = stackTrace(e);
         if (e instanceof EvalException ee) {
             text = text.replace(EvalException.class.getName(), ee.getExceptionClassName());
         }
-        return new CellError(e.getClass().getSimpleName(), String.valueOf(e.getMessage()), text);
+        return new CellError(e.getClass().getSimpleName(), messageOf(e), text);
     }
 
     private CellError compileError(Snippet snippet) {
         String source = snippet.source();
-        List<String> messages = new ArrayList<>();
         StringBuilder trace = new StringBuilder();
         shell.diagnostics(snippet).forEach(d -> {
-            String message = message(d);
-            messages.add(message);
-            trace.append(pointAt(source, (int) d.getStartPosition(), (int) d.getEndPosition())).append(message).append("\n\n");
+            trace.append(pointAt(source, (int) d.getStartPosition(), (int) d.getEndPosition())).append(message(d)).append("\n\n");
         });
         if (snippet instanceof DeclarationSnippet ds) {
             shell.unresolvedDependencies(ds).forEach(dep -> trace.append("Unresolved dependency: ").append(dep).append('\n'));
         }
-        return new CellError("CompilationException", String.join("\n", messages), trace.toString().stripTrailing());
+        // IJava's CompilationException has no message: what is wrong is in the traceback.
+        return new CellError("CompilationException", "", trace.toString().stripTrailing());
     }
 
     /** A diagnostic's message without its location lines, as IJava shows it. */
@@ -415,7 +421,7 @@ public final class Kernel {
                 if (cause instanceof SPIResolutionException) {
                     throw ite; // JShell reports it as an UnresolvedReferenceException
                 }
-                throw new UserException(String.valueOf(cause.getMessage()), cause.getClass().getName(), cause.getStackTrace());
+                throw new UserException(cause.getMessage(), cause.getClass().getName(), cause.getStackTrace());
             }
             if (failure[0] instanceof Exception e) {
                 throw e;
