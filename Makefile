@@ -36,13 +36,15 @@ test-go:
 
 ## seed_base links the complete base templates (those with a template.json)
 ## under data dir $(1) into data dir $(2), with hard links, so that a server
-## there does not build base again.
-define seed_base
-	@mkdir -p $(2)/templates/base
-	@for t in $(1)/templates/base/*/template.json; do \
+## there does not build base again; seed_template does the same for template
+## $(3).
+seed_base = $(call seed_template,$(1),$(2),base)
+define seed_template
+	@mkdir -p $(2)/templates/$(3)
+	@for t in $(1)/templates/$(3)/*/template.json; do \
 	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(2)/templates/base/$${d##*/} ] || continue; \
-	  echo "$@: linking template $$d"; cp -al "$$d" $(2)/templates/base/; \
+	  [ -f "$$t" ] && [ ! -e $(2)/templates/$(3)/$${d##*/} ] || continue; \
+	  echo "$@: linking template $$d"; cp -al "$$d" $(2)/templates/$(3)/; \
 	done
 endef
 
@@ -65,11 +67,14 @@ test-sdk-vm: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_VM_DATA_DIR))
 	SDK_TEST_BACKEND=vm AGENT_SANDBOX_TEST_VM_DATA_DIR=$(SDK_VM_DATA_DIR) node test/sdk/run.mjs server
 
-## test-sdk-gvisor: the same SDK core subset against `serve --backend gvisor`,
-## header routing only, on a data dir of its own seeded the same way.
+## test-sdk-gvisor: the same SDK core subset and the code interpreter file
+## against `serve --backend gvisor`, header routing only, on a data dir of its
+## own seeded the same way, and with the code-interpreter-v1 template test-sdk
+## built (run alone, the server builds it first).
 SDK_GVISOR_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_GVISOR_DATA_DIR),/var/lib/agent-sandbox-sdk-test-gvisor)
 test-sdk-gvisor: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_GVISOR_DATA_DIR))
+	$(call seed_template,$(SDK_DATA_DIR),$(SDK_GVISOR_DATA_DIR),code-interpreter-v1)
 	SDK_TEST_BACKEND=gvisor AGENT_SANDBOX_TEST_GVISOR_DATA_DIR=$(SDK_GVISOR_DATA_DIR) node test/sdk/run.mjs server
 
 ## test-recovery: test/recovery, real servers: one killed with SIGKILL while
@@ -85,8 +90,9 @@ test-recovery:
 ## fails when the bench cannot measure, never on a figure. Its data dir is its
 ## own (two servers must not share a database), seeded with hard links to the
 ## base templates the SDK suite built, so it does not debootstrap again; only
-## complete templates (those with a template.json) are linked. The vm figures'
-## servers use $(BENCH_DATA_DIR)-vm, which the bench seeds from it the same way.
+## complete templates (those with a template.json) are linked. The vm and the
+## gvisor figures' servers use $(BENCH_DATA_DIR)-vm and -gvisor, which the
+## bench seeds from it the same way.
 ## --wait-host: run by hand beside other tests, a server start waits for the
 ## host's sandbox networking rather than failing the run (in CI nothing else
 ## holds it).
