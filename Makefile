@@ -27,9 +27,9 @@ test: deps-test build test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery
 ## its table of attacks and their containment is printed (without -race: the
 ## harness is not what it tests, and it runs twice as long). test/recovery runs
 ## in test-recovery. test/egress and test/security run on each backend, as
-## subtests: TestEgress/jail and TestEgress/vm; TestAttacks/jail_userns_on,
-## .../jail_userns_off, and .../vm for the escape and resource cases (emulated
-## VMs: some two minutes each).
+## subtests: TestEgress/jail, .../vm and .../gvisor; TestAttacks/jail_userns_on,
+## .../jail_userns_off, and .../vm and .../gvisor for the escape and resource
+## cases (emulated VMs, gVisor's ptrace platform: some two to four minutes each).
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
 	$(GO) test -count=1 -timeout 30m -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
