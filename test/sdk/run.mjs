@@ -29,8 +29,8 @@
 // minutes in CI (its suites took 88–122 s on a loaded 2-core host, the
 // core files alone 22–29 s).
 // SDK_TEST_BACKEND=gvisor does the same against `serve --backend gvisor`
-// (data dir AGENT_SANDBOX_TEST_GVISOR_DATA_DIR) with the core files and
-// concurrency 3.
+// (data dir AGENT_SANDBOX_TEST_GVISOR_DATA_DIR) with the core files, the
+// code interpreter's and concurrency 3.
 
 import { randomBytes } from 'node:crypto'
 import { execFileSync } from 'node:child_process'
@@ -60,11 +60,12 @@ const CORE_FILES = ['lifecycle', 'router', 'ports']
 /**
  * What a backend other than the jail runs by default: the core, and on the
  * vm the lifecycle files too, which its memory snapshots make behave
- * otherwise than on the jail.
+ * otherwise than on the jail; on gvisor the code interpreter's, whose
+ * kernels are the heaviest users of its system call interface.
  */
 const BACKEND_FILES = {
   vm: [...CORE_FILES, 'fork', 'snapshots', 'autopause', 'pause-disk', 'volumes'],
-  gvisor: CORE_FILES,
+  gvisor: [...CORE_FILES, 'codeinterp'],
 }
 /**
  * Server files that need a server of their own, started with these flags,

@@ -104,9 +104,9 @@ function tlsHealth(port, host, caPath) {
  * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
  *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
  *
- * backend ('jail', 'gvisor' or 'vm') is passed as --backend; 'vm' and
- * 'gvisor' build base only (templates: the built-ins besides base, the jail
- * suite's by default).
+ * backend ('jail', 'gvisor' or 'vm') is passed as --backend; 'vm' builds
+ * base only, 'gvisor' base and code-interpreter-v1 (templates: the built-ins
+ * besides base, the jail suite's by default).
  *
  * extraArgs are appended to the serve command line.
  *
@@ -121,7 +121,7 @@ export async function startServer({
   port,
   dataDir = serverDataDir(backend),
   apiKey = newApiKey(),
-  templates = backend === 'jail' ? ['code-interpreter-v1', 'desktop', 'browser'] : [],
+  templates = { jail: ['code-interpreter-v1', 'desktop', 'browser'], gvisor: ['code-interpreter-v1'] }[backend] ?? [],
   extraArgs = [],
 } = {}) {
   const bin = resolveServerBin()
