@@ -1,7 +1,9 @@
 package mcp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -117,7 +119,43 @@ func NewHTTPHandler(cfg client.Config, version string) (*HTTPHandler, error) {
 // apiKeyContext keys the verified API key in a request's context.
 type apiKeyContext struct{}
 
+// maxMessage bounds a JSON-RPC message posted to /mcp; write_file's
+// content travels in one.
+const maxMessage = 32 << 20
+
+// specMethods are the requests the MCP specification lets a client send.
+// The SDK answers each (with a JSON-RPC error where this server lacks the
+// capability), but fails the HTTP request with a plain 400 for any other
+// method, where the spec wants a JSON-RPC answer; ServeMCP gives those
+// -32601 itself.
+var specMethods = map[string]bool{
+	"initialize": true, "ping": true, "tools/list": true, "tools/call": true,
+	"resources/list": true, "resources/read": true, "resources/templates/list": true,
+	"resources/subscribe": true, "resources/unsubscribe": true,
+	"prompts/list": true, "prompts/get": true, "logging/setLevel": true, "completion/complete": true,
+}
+
 // ServeMCP serves r, whose API key apiKey has been verified.
 func (h *HTTPHandler) ServeMCP(w http.ResponseWriter, r *http.Request, apiKey string) {
+	if r.Method == http.MethodPost {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxMessage))
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		var call struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if json.Unmarshal(body, &call) == nil && call.ID != nil && call.Method != "" && !specMethods[call.Method] {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(map[string]any{
+				"jsonrpc": "2.0", "id": call.ID,
+				"error": map[string]any{"code": -32601, "message": fmt.Sprintf("method not found: %q", call.Method)},
+			})
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	h.streamable.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), apiKeyContext{}, apiKey)))
 }
