@@ -37,16 +37,7 @@ func TestRunCode(t *testing.T) {
 `)
 	}))
 	defer interp.Close()
-	api := httptest.NewServer(newFakeAPI())
-	defer api.Close()
-	c, err := New(Config{APIURL: api.URL, SandboxURL: interp.URL, APIKey: testKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sb, err := c.CreateSandbox(t.Context(), CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sb := sandboxBehind(t, interp.URL)
 	ex, err := sb.RunCode(t.Context(), "print(6*7)", CodeOptions{Language: "python"})
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +65,19 @@ func TestRunCodeStreamCutShort(t *testing.T) {
 		io.WriteString(w, `{"type":"stdout","text":"partial"}`+"\n")
 	}))
 	defer interp.Close()
+	sb := sandboxBehind(t, interp.URL)
+	if _, err := sb.RunCode(t.Context(), "x", CodeOptions{}); err == nil {
+		t.Error("a stream without end_of_execution: no error")
+	}
+}
+
+// sandboxBehind creates a sandbox on the fake API whose ports are all
+// served, by header routing, at sandboxURL.
+func sandboxBehind(t *testing.T, sandboxURL string) *Sandbox {
+	t.Helper()
 	api := httptest.NewServer(newFakeAPI())
-	defer api.Close()
-	c, err := New(Config{APIURL: api.URL, SandboxURL: interp.URL, APIKey: testKey})
+	t.Cleanup(api.Close)
+	c, err := New(Config{APIURL: api.URL, SandboxURL: sandboxURL, APIKey: testKey})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +85,5 @@ func TestRunCodeStreamCutShort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sb.RunCode(t.Context(), "x", CodeOptions{}); err == nil {
-		t.Error("a stream without end_of_execution: no error")
-	}
+	return sb
 }

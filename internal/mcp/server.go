@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -26,31 +28,31 @@ func NewServer(c *client.Client, version string) *mcp.Server {
 		Name: "create_sandbox",
 		Description: "Create a new sandbox: a fresh Linux machine with its own file system and network, started from a template. " +
 			"Returns its sandbox_id. It is killed when its timeout passes.",
-	}, t.create)
+	}, explain(c, t.create))
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "run_code",
 		Description: "Run code in a sandbox's code interpreter, like a Jupyter cell, and return its stdout, stderr, results (the last expression's value, " +
 			"charts as images) and error. State persists between runs in the same context. The sandbox must come from the code-interpreter-v1 template.",
 		InputSchema: schema[runCodeIn](func(s *jsonschema.Schema) { s.Properties["language"].Enum = codeLanguages }),
-	}, t.runCode)
+	}, explain(c, t.runCode))
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "run_command",
 		Description: "Run a shell command in a sandbox and return its exit code, stdout and stderr (up to 256 KiB each), " +
 			"or start it in the background and return its PID.",
-	}, t.runCommand)
+	}, explain(c, t.runCommand))
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "read_file",
 		Description: "Read a file from a sandbox (up to 4 MiB). Text comes back as is, other data as base64.",
-	}, t.readFile)
+	}, explain(c, t.readFile))
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "write_file",
 		Description: "Write a file in a sandbox, creating missing directories and replacing an existing file.",
 		InputSchema: schema[writeFileIn](func(s *jsonschema.Schema) { s.Properties["encoding"].Enum = encodings }),
-	}, t.writeFile)
+	}, explain(c, t.writeFile))
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "list_files",
 		Description: "List a directory in a sandbox: name, path, type (file, dir, symlink), size, permissions, owner and modification time of each entry.",
-	}, t.listFiles)
+	}, explain(c, t.listFiles))
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "get_sandbox_url",
 		Description: "Get the public URL of a port of a sandbox, where a server the sandbox runs on that port (started with run_command in the background) " +
@@ -58,12 +60,29 @@ func NewServer(c *client.Client, version string) *mcp.Server {
 		InputSchema: schema[urlIn](func(s *jsonschema.Schema) {
 			s.Properties["port"].Minimum, s.Properties["port"].Maximum = ptr(1.0), ptr(65535.0)
 		}),
-	}, t.url)
+	}, explain(c, t.url))
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "kill_sandbox",
 		Description: "Kill a sandbox and everything in it. Its files are gone for good.",
-	}, t.kill)
+	}, explain(c, t.kill))
 	return s
+}
+
+// explain adds what to do to the errors of h that are about reaching the
+// server rather than about the call: an agent can say so to its user.
+func explain[In, Out any](c *client.Client, h mcp.ToolHandlerFor[In, Out]) mcp.ToolHandlerFor[In, Out] {
+	return func(ctx context.Context, req *mcp.CallToolRequest, in In) (*mcp.CallToolResult, Out, error) {
+		res, out, err := h(ctx, req, in)
+		var apiErr *client.APIError
+		var netErr *net.OpError
+		switch {
+		case errors.As(err, &apiErr) && apiErr.Status == http.StatusUnauthorized:
+			err = fmt.Errorf("%w (the server refused the API key: check E2B_API_KEY)", err)
+		case errors.As(err, &netErr):
+			err = fmt.Errorf("%w (is the agent-sandbox server running at %s? check E2B_API_URL)", err, c.APIURL())
+		}
+		return res, out, err
+	}
 }
 
 // schema is the input schema inferred from In, then adjusted with what

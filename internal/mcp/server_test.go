@@ -126,3 +126,13 @@ func TestHTTPUnknownMethodIsJSONRPCError(t *testing.T) {
 		}
 	}
 }
+
+func TestUnreachableServerIsExplained(t *testing.T) {
+	res, err := session(t).CallTool(t.Context(), &mcp.CallToolParams{Name: "kill_sandbox", Arguments: map[string]any{"sandbox_id": "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "is the agent-sandbox server running at http://127.0.0.1:1?") {
+		t.Errorf("isError %v, %q; want the server's address named", res.IsError, text)
+	}
+}
