@@ -5,7 +5,7 @@
 // NODE_EXTRA_CA_CERTS is read by node), and /mcp on the server over the
 // streamable HTTP transport with the API key as a bearer token. Through
 // each: the tools listed with their schemas, a code-interpreter-v1 sandbox
-// created, print(6*7) run, a file written, read back and listed, a
+// created, print(6*7) run, a chart returned as an image, a file written, read back and listed, a
 // command run in the foreground and in the background, a port's URL, the
 // tool errors, and the kill, after which the E2B SDK finds the sandbox
 // gone.
@@ -105,6 +105,14 @@ for (const [transportName, transport] of [['stdio', stdioTransport], ['streamabl
       assert.match(r.content[0].text, /^stdout:\n42$/)
       const err = await callFails(client, 'run_code', { sandbox_id: id, code: '1/0' })
       assert.match(err, /ZeroDivisionError/)
+    })
+
+    test('run_code: a chart comes back as MCP image content', async () => {
+      const r = await call(client, 'run_code', { sandbox_id: id, code: 'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()' })
+      const images = r.content.filter((c) => c.type === 'image')
+      assert.equal(images.length, 1, JSON.stringify(r.content.map((c) => c.type)))
+      assert.equal(images[0].mimeType, 'image/png')
+      assert.equal(Buffer.from(images[0].data, 'base64').subarray(1, 4).toString(), 'PNG')
     })
 
     test('write_file, then read_file and list_files', async () => {
