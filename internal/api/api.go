@@ -237,8 +237,10 @@ func (h *Handler) auth(next http.HandlerFunc) http.Handler {
 func (h *Handler) mcpRoute() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("X-API-Key")
-		if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") && key == "" {
-			key = strings.TrimSpace(token)
+		if key == "" {
+			if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+				key = strings.TrimSpace(token)
+			}
 		}
 		if key == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agent-sandbox"`)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -26,7 +27,8 @@ const maxFile = 4 << 20
 // touchTimeout is the timeout the tools connect to an existing sandbox
 // with. Connect extends a sandbox's life to at least now plus its timeout
 // (it never shortens it); a second leaves the timeout the sandbox was
-// created with in force.
+// created with in force. Connect also resumes a paused sandbox, which the
+// tool's work needs anyway.
 const touchTimeout = time.Second
 
 // tools implements the tool handlers on one SDK client.
@@ -138,9 +140,15 @@ func executionResult(ex *client.Execution) *mcp.CallToolResult {
 			fmt.Fprintf(&text, "result:\n%s\n", r.Text)
 		}
 		for _, img := range []struct{ mime, b64 string }{{"image/png", r.PNG}, {"image/jpeg", r.JPEG}} {
-			if data, err := base64.StdEncoding.DecodeString(img.b64); img.b64 != "" && err == nil {
-				images = append(images, &mcp.ImageContent{MIMEType: img.mime, Data: data})
+			if img.b64 == "" {
+				continue
 			}
+			data, err := base64.StdEncoding.DecodeString(img.b64)
+			if err != nil {
+				fmt.Fprintf(&text, "(an %s result was left out: its base64 is invalid: %v)\n", img.mime, err)
+				continue
+			}
+			images = append(images, &mcp.ImageContent{MIMEType: img.mime, Data: data})
 		}
 	}
 	if ex.Error != nil {
@@ -190,8 +198,9 @@ func (t *tools) runCommand(ctx context.Context, _ *mcp.CallToolRequest, in runCo
 	timeout := time.Duration(in.TimeoutSeconds) * time.Second
 	opts := client.RunOptions{User: in.User, Cwd: in.Cwd, Envs: in.Env}
 	if in.Background {
-		// The deadline is the command's lifetime, which envd enforces
-		// after Start has returned.
+		// Start's deadline becomes the command's lifetime, enforced by
+		// envd after Start has returned: only timeout_seconds may set it,
+		// never the tool call's own context.
 		startCtx := context.WithoutCancel(ctx)
 		if timeout > 0 {
 			var cancel context.CancelFunc
@@ -381,7 +390,7 @@ func (t *tools) url(ctx context.Context, _ *mcp.CallToolRequest, in urlIn) (*mcp
 	out := urlOut{URL: scheme + "://" + host, Host: host}
 	if base := t.c.SandboxURL(); base != "" {
 		out.SandboxURL = base
-		out.Headers = map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": fmt.Sprint(in.Port)}
+		out.Headers = map[string]string{"E2b-Sandbox-Id": sb.ID, "E2b-Sandbox-Port": strconv.Itoa(in.Port)}
 	}
 	if sb.TrafficAccessToken != "" {
 		out.TrafficHeader = map[string]string{"e2b-traffic-access-token": sb.TrafficAccessToken}
