@@ -136,6 +136,10 @@ func New(cfg Config) (*Client, error) {
 // APIURL returns the control-plane base URL the client uses.
 func (c *Client) APIURL() string { return c.apiURL }
 
+// SandboxURL returns the URL sandbox traffic is sent to with header
+// routing, or "" when each sandbox port has a host of its own.
+func (c *Client) SandboxURL() string { return c.sandboxURL }
+
 func checkBaseURL(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {

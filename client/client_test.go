@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,5 +235,34 @@ func TestEncodeMetadata(t *testing.T) {
 		if got := EncodeMetadata(tt.in); got != tt.want {
 			t.Errorf("EncodeMetadata(%v) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+func TestCreateSandboxEgressLists(t *testing.T) {
+	api := newFakeAPI()
+	ts := httptest.NewServer(api)
+	defer ts.Close()
+	c, err := New(Config{APIURL: ts.URL, APIKey: testKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSandbox(t.Context(), CreateOptions{AllowOut: []string{"example.com"}, DenyOut: []string{"10.0.0.0/8"}}); err != nil {
+		t.Fatal(err)
+	}
+	var body struct {
+		Network map[string][]string `json:"network"`
+	}
+	if err := json.Unmarshal([]byte(api.last().Body), &body); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{"allowOut": {"example.com"}, "denyOut": {"10.0.0.0/8"}}
+	if diff := cmp.Diff(want, body.Network); diff != "" {
+		t.Errorf("network sent (-want +got):\n%s", diff)
+	}
+	if _, err := c.CreateSandbox(t.Context(), CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(api.last().Body, "network") {
+		t.Errorf("a create without egress lists sent %s", api.last().Body)
 	}
 }

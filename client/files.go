@@ -7,6 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
+
+	"connectrpc.com/connect"
+
+	filesystempb "github.com/agent-sandbox/agent-sandbox/gen/filesystem"
 )
 
 // FileOptions configures ReadFile and WriteFile.
@@ -73,4 +78,54 @@ func (s *Sandbox) files(ctx context.Context, method, path string, opts FileOptio
 		return nil, readAPIError(res)
 	}
 	return res, nil
+}
+
+// Entry is one file system entry as ListDir returns it.
+type Entry struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	// Type is "file", "dir" or "symlink".
+	Type string `json:"type"`
+	Size int64  `json:"size"`
+	// Permissions is the mode in ls form, e.g. "-rw-r--r--".
+	Permissions string    `json:"permissions"`
+	Owner       string    `json:"owner"`
+	Modified    time.Time `json:"modified"`
+	// SymlinkTarget is where a symlink points; empty otherwise.
+	SymlinkTarget string `json:"symlinkTarget,omitempty"`
+}
+
+// ListDir lists the directory at path in the sandbox (envd's
+// filesystem.ListDir), descending depth levels (0 means 1). A missing
+// directory gives an error matching ErrNotFound.
+func (s *Sandbox) ListDir(ctx context.Context, path string, depth int, opts FileOptions) ([]Entry, error) {
+	if depth < 0 {
+		return nil, fmt.Errorf("listing %s in sandbox %s: depth %d is negative", path, s.ID, depth)
+	}
+	req := connect.NewRequest(&filesystempb.ListDirRequest{Path: path, Depth: uint32(max(depth, 1))})
+	setUser(req.Header(), opts.User)
+	res, err := s.filesystem.ListDir(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("listing %s in sandbox %s: %w", path, s.ID, envdError(err))
+	}
+	entries := make([]Entry, 0, len(res.Msg.GetEntries()))
+	for _, e := range res.Msg.GetEntries() {
+		entries = append(entries, Entry{
+			Name:          e.GetName(),
+			Path:          e.GetPath(),
+			Type:          entryTypes[e.GetType()],
+			Size:          e.GetSize(),
+			Permissions:   e.GetPermissions(),
+			Owner:         e.GetOwner(),
+			Modified:      e.GetModifiedTime().AsTime(),
+			SymlinkTarget: e.GetSymlinkTarget(),
+		})
+	}
+	return entries, nil
+}
+
+var entryTypes = map[filesystempb.FileType]string{
+	filesystempb.FileType_FILE_TYPE_FILE:      "file",
+	filesystempb.FileType_FILE_TYPE_DIRECTORY: "dir",
+	filesystempb.FileType_FILE_TYPE_SYMLINK:   "symlink",
 }

@@ -50,7 +50,27 @@ func (s *Sandbox) Run(ctx context.Context, cmd string, opts RunOptions) (int, er
 	return code, nil
 }
 
-func (s *Sandbox) run(ctx context.Context, cmd string, opts RunOptions) (int, error) {
+// Start starts cmd with "/bin/bash -l -c" in the sandbox and returns its
+// PID once it runs, without waiting for it: a background command. Its
+// output is discarded and opts.Stdin must be nil. A deadline on ctx is the
+// command's lifetime: envd kills it when the deadline passes, although
+// Start has returned long before.
+func (s *Sandbox) Start(ctx context.Context, cmd string, opts RunOptions) (uint32, error) {
+	if opts.Stdin != nil {
+		return 0, fmt.Errorf("starting command in sandbox %s: a background command takes no stdin", s.ID)
+	}
+	streamCtx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the output stream; envd keeps the process
+	stream, pid, err := s.start(streamCtx, cmd, opts)
+	if err != nil {
+		return 0, fmt.Errorf("starting command in sandbox %s: %w", s.ID, err)
+	}
+	stream.Close()
+	return pid, nil
+}
+
+// start starts cmd and reads its start event.
+func (s *Sandbox) start(ctx context.Context, cmd string, opts RunOptions) (*connect.ServerStreamForClient[processpb.StartResponse], uint32, error) {
 	cfg := &processpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}, Envs: opts.Envs}
 	if opts.Cwd != "" {
 		cfg.Cwd = proto.String(opts.Cwd)
@@ -58,18 +78,26 @@ func (s *Sandbox) run(ctx context.Context, cmd string, opts RunOptions) (int, er
 	req := connect.NewRequest(&processpb.StartRequest{Process: cfg, Stdin: proto.Bool(opts.Stdin != nil)})
 	setUser(req.Header(), opts.User)
 	req.Header().Set("Keepalive-Ping-Interval", keepaliveSeconds)
+	stream, err := s.process.Start(ctx, req)
+	if err != nil {
+		return nil, 0, envdError(err)
+	}
+	pid, err := receiveStart(stream)
+	if err != nil {
+		stream.Close()
+		return nil, 0, err
+	}
+	return stream, pid, nil
+}
 
+func (s *Sandbox) run(ctx context.Context, cmd string, opts RunOptions) (int, error) {
 	streamCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := s.process.Start(streamCtx, req)
-	if err != nil {
-		return -1, envdError(err)
-	}
-	defer stream.Close()
-	pid, err := receiveStart(stream)
+	stream, pid, err := s.start(streamCtx, cmd, opts)
 	if err != nil {
 		return -1, err
 	}
+	defer stream.Close()
 	if opts.Stdin != nil {
 		go s.copyStdin(streamCtx, pid, opts.Stdin)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -260,5 +261,59 @@ func TestFiles(t *testing.T) {
 	var apiErr *APIError
 	if !errors.Is(err, ErrNotFound) || !errors.As(err, &apiErr) {
 		t.Errorf("ReadFile of a missing file: %v, want ErrNotFound and *APIError", err)
+	}
+}
+
+func TestStartLeavesTheCommandRunning(t *testing.T) {
+	h := newHarness(t)
+	sb := h.sandbox(t)
+	pid, err := sb.Start(t.Context(), "sleep 30", RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.killProcess(context.WithoutCancel(t.Context()), pid) })
+	// The output stream is closed; the process must still run.
+	code, err := sb.Run(t.Context(), fmt.Sprintf("kill -0 %d", pid), RunOptions{})
+	if err != nil || code != 0 {
+		t.Errorf("kill -0 %d after Start: code %d, %v; want the process running", pid, code, err)
+	}
+	if _, err := sb.Start(t.Context(), "cat", RunOptions{Stdin: strings.NewReader("x")}); err == nil {
+		t.Error("Start with stdin: no error")
+	}
+}
+
+func TestListDir(t *testing.T) {
+	h := newHarness(t)
+	sb := h.sandbox(t)
+	dir := t.TempDir()
+	for _, p := range []string{dir + "/a.txt", dir + "/sub/b.txt"} {
+		if err := sb.WriteFile(t.Context(), p, []byte("12345"), FileOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := sb.ListDir(t.Context(), dir, 0, FileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name+" "+e.Type)
+		if e.Name == "a.txt" && e.Size != 5 {
+			t.Errorf("a.txt: size %d, want 5", e.Size)
+		}
+		if e.Path != dir+"/"+e.Name || e.Modified.IsZero() || e.Permissions == "" {
+			t.Errorf("entry %+v: path, time or permissions missing", e)
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"a.txt file", "sub dir"}; !slices.Equal(got, want) {
+		t.Errorf("ListDir = %q, want %q", got, want)
+	}
+	deep, err := sb.ListDir(t.Context(), dir, 2, FileOptions{})
+	if err != nil || len(deep) != 3 {
+		t.Errorf("ListDir depth 2 = %d entries, %v; want 3", len(deep), err)
+	}
+	if _, err := sb.ListDir(t.Context(), dir+"/missing", 1, FileOptions{}); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ListDir of a missing directory: %v, want ErrNotFound", err)
 	}
 }

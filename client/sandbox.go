@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/agent-sandbox/agent-sandbox/gen/filesystem/filesystemconnect"
 	processpb "github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 )
@@ -45,10 +46,11 @@ type Sandbox struct {
 	// Domain is the domain the sandbox's hosts live under.
 	Domain string
 
-	client  *Client
-	envdURL string
-	http    *envdHTTP
-	process processconnect.ProcessClient
+	client     *Client
+	envdURL    string
+	http       *envdHTTP
+	process    processconnect.ProcessClient
+	filesystem filesystemconnect.FilesystemClient
 }
 
 func (c *Client) newSandbox(w sandboxWire) *Sandbox {
@@ -56,16 +58,7 @@ func (c *Client) newSandbox(w sandboxWire) *Sandbox {
 	if domain == "" {
 		domain = c.domain
 	}
-	base := c.sandboxURL
-	switch {
-	case base != "":
-	case stableHostDomains[domain]:
-		base = "https://sandbox." + domain
-	default:
-		base = "https://" + strconv.Itoa(EnvdPort) + "-" + w.SandboxID + "." + domain
-	}
-	h := &envdHTTP{client: c.http, id: w.SandboxID, token: w.EnvdAccessToken}
-	return &Sandbox{
+	s := &Sandbox{
 		ID:                 w.SandboxID,
 		TemplateID:         w.TemplateID,
 		Alias:              w.Alias,
@@ -74,23 +67,49 @@ func (c *Client) newSandbox(w sandboxWire) *Sandbox {
 		TrafficAccessToken: w.TrafficAccessToken,
 		Domain:             domain,
 		client:             c,
-		envdURL:            base,
-		http:               h,
-		process: processconnect.NewProcessClient(h, base,
-			connect.WithProtoJSON(),
-			// The SDKs negotiate no compression; neither do we.
-			connect.WithAcceptCompression("gzip", nil, nil)),
 	}
+	s.envdURL, s.http = s.portURL(EnvdPort), s.portHTTP(EnvdPort)
+	// The SDKs negotiate no compression; neither do we.
+	opts := []connect.ClientOption{connect.WithProtoJSON(), connect.WithAcceptCompression("gzip", nil, nil)}
+	s.process = processconnect.NewProcessClient(s.http, s.envdURL, opts...)
+	s.filesystem = filesystemconnect.NewFilesystemClient(s.http, s.envdURL, opts...)
+	return s
 }
 
 // EnvdURL returns the base URL of the sandbox's envd.
 func (s *Sandbox) EnvdURL() string { return s.envdURL }
 
-// envdHTTP adds the headers every envd request carries: the header-routing
-// pair, the access token and the user agent.
+// portURL is the base URL the client sends requests for a port of the
+// sandbox to: the header-routing URL when configured (the port then goes in
+// a header, see portHTTP), else the port's own host.
+func (s *Sandbox) portURL(port int) string {
+	switch {
+	case s.client.sandboxURL != "":
+		return s.client.sandboxURL
+	case stableHostDomains[s.Domain]:
+		return "https://sandbox." + s.Domain
+	}
+	return "https://" + s.Host(port)
+}
+
+// portHTTP is the HTTP client for requests to a port of the sandbox.
+func (s *Sandbox) portHTTP(port int) *envdHTTP {
+	return &envdHTTP{client: s.client.http, id: s.ID, port: port, token: s.EnvdAccessToken}
+}
+
+// Host returns the host name of a port of the sandbox, <port>-<id>.<domain>,
+// as the SDKs' getHost does: what a browser or any client outside the SDK
+// reaches the port by when the server routes by host.
+func (s *Sandbox) Host(port int) string {
+	return strconv.Itoa(port) + "-" + s.ID + "." + s.Domain
+}
+
+// envdHTTP adds the headers every request to a sandbox port carries: the
+// header-routing pair, the access token and the user agent.
 type envdHTTP struct {
 	client *http.Client
 	id     string
+	port   int
 	token  string
 }
 
@@ -99,7 +118,7 @@ var _ connect.HTTPClient = (*envdHTTP)(nil)
 // Do implements connect.HTTPClient.
 func (e *envdHTTP) Do(r *http.Request) (*http.Response, error) {
 	r.Header.Set("E2b-Sandbox-Id", e.id)
-	r.Header.Set("E2b-Sandbox-Port", strconv.Itoa(EnvdPort))
+	r.Header.Set("E2b-Sandbox-Port", strconv.Itoa(e.port))
 	if e.token != "" {
 		r.Header.Set("X-Access-Token", e.token)
 	}

@@ -54,6 +54,11 @@ type CreateOptions struct {
 	// AutoPause pauses the sandbox when it times out, instead of killing
 	// it; AutoResume resumes it, paused, when a request reaches it.
 	AutoPause, AutoResume bool
+	// AllowOut and DenyOut are the sandbox's egress rules (network.allowOut
+	// and network.denyOut): CIDRs, IPs, domains and "*." wildcards. On
+	// agent-sandbox denyOut wins over allowOut, and allowOut widens the
+	// operator's ceiling only where the operator lets sandboxes do so.
+	AllowOut, DenyOut []string
 }
 
 // ConnectOptions configures Connect.
@@ -92,6 +97,10 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 	type autoResume struct {
 		Enabled bool `json:"enabled"`
 	}
+	type network struct {
+		AllowOut []string `json:"allowOut,omitempty"`
+		DenyOut  []string `json:"denyOut,omitempty"`
+	}
 	body := struct {
 		TemplateID string            `json:"templateID"`
 		Timeout    int64             `json:"timeout,omitempty"`
@@ -99,6 +108,7 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 		EnvVars    map[string]string `json:"envVars,omitempty"`
 		AutoPause  bool              `json:"autoPause,omitempty"`
 		AutoResume *autoResume       `json:"autoResume,omitempty"`
+		Network    *network          `json:"network,omitempty"`
 	}{
 		TemplateID: opts.Template,
 		Timeout:    seconds(opts.Timeout),
@@ -108,6 +118,9 @@ func (c *Client) CreateSandbox(ctx context.Context, opts CreateOptions) (*Sandbo
 	}
 	if opts.AutoResume {
 		body.AutoResume = &autoResume{Enabled: true}
+	}
+	if len(opts.AllowOut) > 0 || len(opts.DenyOut) > 0 {
+		body.Network = &network{AllowOut: opts.AllowOut, DenyOut: opts.DenyOut}
 	}
 	if body.TemplateID == "" {
 		body.TemplateID = DefaultTemplate

@@ -38,6 +38,12 @@ type Keys interface {
 	VerifyAPIKey(ctx context.Context, plaintext string) (store.APIKey, error)
 }
 
+// MCPServer serves the MCP tools at /mcp; *mcp.HTTPHandler implements it.
+type MCPServer interface {
+	// ServeMCP serves r, whose API key apiKey the API has verified.
+	ServeMCP(w http.ResponseWriter, r *http.Request, apiKey string)
+}
+
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes = 1 << 20
 
@@ -60,6 +66,8 @@ type Config struct {
 	// Volumes serves the volume API and its content API; nil leaves them
 	// out.
 	Volumes Volumes
+	// MCP serves the MCP tools at /mcp; nil leaves the route out.
+	MCP MCPServer
 	// Ready reports whether the server can take requests (GET /health);
 	// nil means always ready.
 	Ready func() bool
@@ -82,6 +90,7 @@ type Handler struct {
 	keys        Keys
 	templates   *TemplateBuilds
 	volumes     Volumes
+	mcp         MCPServer
 	envdVersion string
 	domain      string
 	ready       func() bool
@@ -107,6 +116,7 @@ func New(cfg Config) (*Handler, error) {
 		keys:        cfg.Keys,
 		templates:   cfg.Templates,
 		volumes:     cfg.Volumes,
+		mcp:         cfg.MCP,
 		envdVersion: cfg.EnvdVersion,
 		domain:      cfg.Domain,
 		ready:       cfg.Ready,
@@ -171,6 +181,9 @@ func (h *Handler) routes() {
 	if h.volumes != nil {
 		h.volumeRoutes()
 	}
+	if h.mcp != nil {
+		h.mux.Handle("/mcp", h.mcpRoute())
+	}
 }
 
 // probeMethods are tried to tell "wrong method" (405) from "no such path".
@@ -212,22 +225,53 @@ func (h *Handler) auth(next http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusUnauthorized, "missing API key: set the X-API-Key header")
 			return
 		}
-		k, err := h.keys.VerifyAPIKey(r.Context(), key)
-		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				writeError(w, http.StatusUnauthorized, "invalid API key")
-				return
-			}
-			h.log.Error("verifying api key", "err", err)
-			writeError(w, http.StatusInternalServerError, internalMessage)
-			return
+		if r, ok := h.verify(w, r, key); ok {
+			next(w, r)
 		}
-		if !h.ready() {
-			writeError(w, http.StatusServiceUnavailable, notReadyMessage)
-			return
-		}
-		next(w, r.WithContext(context.WithValue(r.Context(), apiKeyContext{}, k)))
 	})
+}
+
+// mcpRoute serves /mcp to callers with a valid API key, which MCP clients
+// send as a bearer token ("Authorization: Bearer KEY") and our SDKs as
+// X-API-Key; either is taken.
+func (h *Handler) mcpRoute() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-API-Key")
+		if key == "" {
+			if scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+				key = strings.TrimSpace(token)
+			}
+		}
+		if key == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agent-sandbox"`)
+			writeError(w, http.StatusUnauthorized, "missing API key: send it as Authorization: Bearer KEY (or X-API-Key)")
+			return
+		}
+		if r, ok := h.verify(w, r, key); ok {
+			h.mcp.ServeMCP(w, r, key)
+		}
+	})
+}
+
+// verify checks the API key a request carries and that the server is
+// ready, answering the request when either fails. It returns the request
+// with the verified key in its context.
+func (h *Handler) verify(w http.ResponseWriter, r *http.Request, key string) (*http.Request, bool) {
+	k, err := h.keys.VerifyAPIKey(r.Context(), key)
+	if err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			writeError(w, http.StatusUnauthorized, "invalid API key")
+			return nil, false
+		}
+		h.log.Error("verifying api key", "err", err)
+		writeError(w, http.StatusInternalServerError, internalMessage)
+		return nil, false
+	}
+	if !h.ready() {
+		writeError(w, http.StatusServiceUnavailable, notReadyMessage)
+		return nil, false
+	}
+	return r.WithContext(context.WithValue(r.Context(), apiKeyContext{}, k)), true
 }
 
 // apiKeyContext keys the request's verified store.APIKey in its context.

@@ -83,6 +83,8 @@ func run(ctx context.Context, args []string, std streams) error {
 		return serveCommand.run(ctx, args[1:], std)
 	case "bench":
 		return benchCommand.run(ctx, args[1:], std)
+	case "mcp":
+		return mcpCommand.run(ctx, args[1:], std)
 	case "sandbox", "keys", "template":
 		return runGroup(ctx, args[0], args[1:], std)
 	case "help", "-h", "--help":
@@ -100,7 +102,7 @@ func run(ctx context.Context, args []string, std streams) error {
 func usage() string {
 	var b strings.Builder
 	b.WriteString(usageHead)
-	for _, c := range append([]*command{serveCommand, benchCommand}, commands...) {
+	for _, c := range append([]*command{serveCommand, benchCommand, mcpCommand}, commands...) {
 		fmt.Fprintf(&b, "  %-16s %s\n", c.name, c.summary)
 	}
 	b.WriteString(usageTail)

@@ -138,6 +138,7 @@ Environment:
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(std.stderr, &slog.HandlerOptions{Level: level}))
+			cfg.Version = version
 			srv, err := server.New(ctx, cfg, log, std.stderr)
 			if err != nil {
 				return err

@@ -29,6 +29,7 @@ type Config struct {
 	DataDir string   // store, templates, sandboxes, TLS material
 	APIKeys []string // keys to accept in addition to the stored ones
 	TLS     bool     // serve HTTPS with a CA kept under DataDir/tls
+	Version string   // of this build, reported to MCP clients at /mcp
 	// Backend is the isolation backend of new sandboxes: BackendAuto (the
 	// default), BackendJail, BackendGvisor or BackendVM. Sandboxes keep
 	// the backend that started them, which is recorded with each.

@@ -375,6 +375,10 @@ func (s *Server) listenURLHost() string {
 // takes every request addressed to a sandbox (by host or by E2B headers),
 // the API the rest.
 func (s *Server) routes() (http.Handler, error) {
+	tools, err := s.mcpTools()
+	if err != nil {
+		return nil, err
+	}
 	apiHandler, err := api.New(api.Config{
 		Sandboxes:      s.manager,
 		Keys:           s.store,
@@ -384,6 +388,7 @@ func (s *Server) routes() (http.Handler, error) {
 		Ready:          s.ready.Load,
 		DefaultTimeout: s.cfg.DefaultTimeout,
 		Volumes:        s.volumes,
+		MCP:            tools,
 		Log:            s.log.With("component", "api"),
 	})
 	if err != nil {
