@@ -178,14 +178,22 @@ func (g *Gateway) apply(ctx context.Context, link network.Link, pol *egress.Poli
 	if g.cfg.Firewall == nil {
 		return nil
 	}
-	fwd := pol.Forwarding()
-	if err := g.cfg.Firewall.SetRules(ctx, link.HostIf, network.SandboxRules{Allow: fwd.Allow, Deny: fwd.Deny}); err != nil {
+	if err := g.cfg.Firewall.SetRules(ctx, link.HostIf, firewallRules(pol)); err != nil {
 		return fmt.Errorf("setting firewall rules: %w", err)
 	}
 	if err := network.SetBandwidth(link.HostIf, bw); err != nil {
 		return fmt.Errorf("setting bandwidth caps: %w", err)
 	}
 	return nil
+}
+
+// firewallRules is pol's address side in the firewall's terms.
+func firewallRules(pol *egress.Policy) network.SandboxRules {
+	var rules network.SandboxRules
+	for _, r := range pol.Forwarding() {
+		rules = append(rules, network.PrefixRule{Prefix: r.Prefix, Accept: r.Allow})
+	}
+	return rules
 }
 
 // Update replaces sandbox id's rules; bandwidth stays as attached.
@@ -199,8 +207,7 @@ func (g *Gateway) Update(ctx context.Context, id string, rules egress.Rules) err
 		return fmt.Errorf("updating the egress policy of sandbox %s: %w", id, err)
 	}
 	if g.cfg.Firewall != nil {
-		fwd := pol.Forwarding()
-		if err := g.cfg.Firewall.SetRules(ctx, sb.link.HostIf, network.SandboxRules{Allow: fwd.Allow, Deny: fwd.Deny}); err != nil {
+		if err := g.cfg.Firewall.SetRules(ctx, sb.link.HostIf, firewallRules(&pol)); err != nil {
 			return fmt.Errorf("updating the egress policy of sandbox %s: %w", id, err)
 		}
 	}
