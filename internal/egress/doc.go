@@ -10,7 +10,7 @@
 // registries). An operator may instead make it Open: every public IPv4
 // address and every name not denied. A sandbox's Rules come from the E2B
 // fields allow_internet_access, network.allowOut and network.denyOut
-// (ParseRules). Both lists accept CIDRs, IPs, exact domains and "*." wildcard
+// (ParseRules), with network.rules (header rules, below). Both lists accept CIDRs, IPs, exact domains and "*." wildcard
 // domains; domains in denyOut are our extension (E2B documents CIDR/IP only),
 // enforced like allowOut domains at the name. NewPolicy combines the two
 // into a Policy; the zero Policy denies everything.
@@ -108,9 +108,10 @@
 // name reach nothing else. A connection without a name (other protocols, no
 // SNI, nothing sent within HandshakeTimeout) or with an IP literal is
 // decided by AllowAddr on its original address. The bytes read (at most
-// 64 KiB) are forwarded unchanged; TLS is never terminated. A denied HTTP
-// request gets 403 naming the rule, an unreachable allowed one 502; other
-// connections are closed. Each connection is one EventProxy.
+// 64 KiB) are forwarded unchanged, and TLS is not terminated, except for a
+// name with header rules (below). A denied HTTP request gets 403 naming
+// the rule, an unreachable allowed one 502; other connections are closed.
+// Each connection is one EventProxy.
 //
 // A connection is decided once, on its first request or ClientHello:
 // later requests on a kept-alive HTTP connection, or a Host inside TLS
@@ -119,9 +120,29 @@
 // serve: domain fronting, or Encrypted ClientHello, on a shared front end
 // still works.
 //
+// # Header rules
+//
+// A sandbox's Rules also hold E2B's network.rules: per domain pattern
+// (exact, or "*." and a suffix; exact wins, then the longest wildcard),
+// headers to set on the sandbox's requests (Policy.HeaderRule), so that a
+// credential reaches an API while code in the sandbox cannot read it. A
+// rule grants no access. The proxy intercepts only an allowed connection
+// whose Host or SNI has a rule that sets something: it parses the HTTP/1
+// requests, over TLS after terminating it with a certificate for the name
+// from the sandbox's CA (NewCA: derived from a server secret and the
+// sandbox's ID, its key kept here, its certificate installed in the
+// sandbox by the manager), sets the rule's headers as the policy has them
+// at each request, refuses a request for another Host (421), and forwards
+// over TLS of its own, verifying the server for the name against
+// ProxyConfig.UpstreamRoots. Everything else about a request passes as
+// sent. Without a CA a TLS connection with rules is refused, not passed on
+// without its headers.
+//
 // Bounds: queries over 4096 bytes are dropped, at most MaxInflight UDP
 // queries and MaxConns TCP connections are served at once (the rest are
 // dropped or closed), every upstream exchange has a Timeout, idle TCP
 // connections close after 10s, and each list of rules holds at most 1000
-// entries.
+// entries. An intercepted connection bounds request heads to 64 KiB,
+// response heads to 1 MiB, its idle time to 90s and its upstream
+// connections to 2; a CA keeps at most 256 certificates.
 package egress

@@ -177,6 +177,7 @@ type Rules struct {
 	InternetOff bool
 	allowOut    []entry
 	denyOut     []entry
+	headers     headerRules // network.rules
 }
 
 // AllowOut and DenyOut return the entries as written, for echoing back.
@@ -198,10 +199,11 @@ func entryTexts(es []entry) []string {
 
 // ParseRules builds Rules from the E2B `network` object (raw may be empty or
 // JSON null) and `allow_internet_access` (nil means absent, i.e. allowed).
-// Only allowOut and denyOut are read; the object's other fields belong to
-// other layers and are ignored. Both lists accept CIDRs, IPs and domains
-// with an optional leading "*.". Every malformed entry is reported, each as
-// an *EntryError, joined.
+// Only allowOut, denyOut and rules are read; the object's other fields
+// belong to other layers and are ignored. Both lists accept CIDRs, IPs and
+// domains with an optional leading "*."; every malformed entry is
+// reported, each as an *EntryError, joined. A malformed rules object is a
+// *RuleError (see parseHeaderRules).
 func ParseRules(raw json.RawMessage, allowInternet *bool) (Rules, error) {
 	var r Rules
 	if allowInternet != nil && !*allowInternet {
@@ -212,8 +214,9 @@ func ParseRules(raw json.RawMessage, allowInternet *bool) (Rules, error) {
 		return r, nil
 	}
 	var n struct {
-		AllowOut []string `json:"allowOut"`
-		DenyOut  []string `json:"denyOut"`
+		AllowOut []string        `json:"allowOut"`
+		DenyOut  []string        `json:"denyOut"`
+		Rules    json.RawMessage `json:"rules"`
 	}
 	if err := json.Unmarshal(raw, &n); err != nil {
 		return Rules{}, fmt.Errorf("network: %w", err)
@@ -224,7 +227,32 @@ func ParseRules(raw json.RawMessage, allowInternet *bool) (Rules, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Rules{}, err
 	}
+	var err error
+	if r.headers, err = parseHeaderRules(n.Rules); err != nil {
+		return Rules{}, err
+	}
 	return r, nil
+}
+
+// HasHeaderRules reports whether network.rules sets a header for some
+// domain, which needs the egress proxy (and its interception CA).
+func (r Rules) HasHeaderRules() bool {
+	for _, hs := range r.headers.headers {
+		if len(hs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// RulesJSON returns network.rules as E2B stores it: the domains in lower
+// case, each domain's rules as they were sent; nil when there are none.
+func (r Rules) RulesJSON() json.RawMessage {
+	if len(r.headers.wire) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(r.headers.wire) // raw messages json.Unmarshal accepted
+	return b
 }
 
 func parseList(field string, list []string, kind entryKind, errs *[]error) []entry {
@@ -330,8 +358,9 @@ type Policy struct {
 	valid   bool
 	ceiling compiledCeiling
 	off     bool
-	allow   ruleSet // sandbox allowOut
-	deny    ruleSet // sandbox denyOut
+	allow   ruleSet     // sandbox allowOut
+	deny    ruleSet     // sandbox denyOut
+	headers headerRules // sandbox network.rules
 }
 
 // NewPolicy combines a sandbox's rules with the operator ceiling. It fails
@@ -347,7 +376,21 @@ func NewPolicy(c Ceiling, r Rules) (Policy, error) {
 		off:     r.InternetOff,
 		allow:   compileSet("allowOut", r.allowOut),
 		deny:    compileSet("denyOut", r.denyOut),
+		headers: r.headers,
 	}, nil
+}
+
+// HeaderRule returns the headers network.rules sets on requests to name
+// (the rule of an exact domain, else of the longest matching wildcard) and
+// that rule's domain pattern; ok is false when no rule matches. A rule
+// grants no access: the proxy applies it only to connections the policy
+// allowed.
+func (p Policy) HeaderRule(name string) (headers []Header, pattern string, ok bool) {
+	n, err := NormalizeName(name)
+	if err != nil {
+		return nil, "", false
+	}
+	return p.headers.match(n)
 }
 
 // mayWiden reports whether sandbox allowOut entries count beyond the
