@@ -55,10 +55,11 @@ test-sdk: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_DATA_DIR))
 	node test/sdk/run.mjs
 
-## test-sdk-vm: the SDK core subset (test/sdk/run.mjs, CORE_FILES) against
-## `serve --backend vm`, header routing only. Its data dir is its own, seeded
-## like test-sdk's with hard links to the Go tests' base template; the server
-## makes the template's ext4 image there.
+## test-sdk-vm: the SDK core subset and the lifecycle files (test/sdk/run.mjs,
+## BACKEND_FILES.vm: fork, snapshots, pauses, volumes) against `serve --backend
+## vm`, header routing only: 1.5 to 2.5 minutes of emulated VMs on 2 cores.
+## Its data dir is its own, seeded like test-sdk's with hard links to the Go
+## tests' base template; the server makes the template's ext4 image there.
 SDK_VM_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_VM_DATA_DIR),/var/lib/agent-sandbox-sdk-test-vm)
 test-sdk-vm: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_VM_DATA_DIR))
@@ -86,11 +87,14 @@ test-recovery:
 ## base templates the SDK suite built, so it does not debootstrap again; only
 ## complete templates (those with a template.json) are linked. The vm figures'
 ## servers use $(BENCH_DATA_DIR)-vm, which the bench seeds from it the same way.
+## --wait-host: run by hand beside other tests, a server start waits for the
+## host's sandbox networking rather than failing the run (in CI nothing else
+## holds it).
 SDK_DATA_DIR   ?= $(or $(AGENT_SANDBOX_TEST_DATA_DIR),/var/lib/agent-sandbox-sdk-test)
 BENCH_DATA_DIR ?= /var/lib/agent-sandbox-bench-smoke
 bench-smoke: build
 	$(call seed_base,$(SDK_DATA_DIR),$(BENCH_DATA_DIR))
-	bin/agent-sandbox bench --quick --data-dir $(BENCH_DATA_DIR)
+	bin/agent-sandbox bench --quick --wait-host --data-dir $(BENCH_DATA_DIR)
 
 ## deps, deps-test: what the server, and the tests, need on a fresh Debian 12 machine
 deps:

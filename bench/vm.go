@@ -132,7 +132,7 @@ func measureVMSnapshot(ctx context.Context, opts *Options, s *server, c *client.
 	}
 	fb := latencyFigure(figVMBash, inside)
 	fb.Baseline = figSandboxBash
-	fb.Note = "timed inside the guest as in the jail, by the guest's clock (under TCG it runs at the host's TSC rate over the one the guest assumes: see docs/PERFORMANCE.md)"
+	fb.Note = "timed inside the guest as in the jail, by the guest's clock (told the host TSC's rate, it keeps the host's time within a few per cent: see docs/PERFORMANCE.md)"
 	fr := latencyFigure(figVMRound, rt)
 	fr.Baseline = figRoundTrip
 	if err := sb.Kill(ctx); err != nil {

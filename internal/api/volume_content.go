@@ -218,7 +218,8 @@ func (h *Handler) failContent(w http.ResponseWriter, r *http.Request, err error)
 		writeContentError(w, http.StatusUnauthorized, err.Error())
 	case errors.Is(err, volume.ErrNotFound), errors.Is(err, volume.ErrPathNotFound):
 		writeContentError(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, volume.ErrPathExists):
+	case errors.Is(err, volume.ErrPathExists), errors.Is(err, volume.ErrInUse):
+		// In use: attached to a VM sandbox, whose kernel mounts it.
 		writeContentError(w, http.StatusConflict, err.Error())
 	case errors.Is(err, volume.ErrInvalid):
 		writeContentError(w, http.StatusBadRequest, err.Error())

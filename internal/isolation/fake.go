@@ -110,8 +110,8 @@ func (f *Fake) Start(ctx context.Context, spec Spec) (Instance, error) {
 	if len(spec.Layers) > 0 || spec.Export != "" {
 		return nil, fmt.Errorf("starting sandbox %s: layers and export: %w", spec.ID, errors.ErrUnsupported)
 	}
-	if len(spec.Volumes) > 0 && !f.caps.Volumes {
-		return nil, fmt.Errorf("starting sandbox %s: volumes: %w", spec.ID, errors.ErrUnsupported)
+	if err := CheckVolumes(spec, f.caps); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 	}
 	if err := CheckSnapshot(spec, f.caps); err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)

@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 	"strings"
 	"time"
 
@@ -99,6 +100,12 @@ type Capabilities struct {
 	// Volumes: Spec.Volumes are mounted; a backend without refuses a
 	// Spec that has any.
 	Volumes bool
+	// VolumeImages: the backend mounts a volume from its ext4 image
+	// (VolumeMount.Image), with a kernel of its own, rather than a host
+	// directory: the image is then the sandbox's alone while it lives
+	// (or is paused), since two kernels mounting one ext4 file system
+	// corrupt it. The manager holds it for the sandbox (volume.Attacher).
+	VolumeImages bool
 }
 
 // SnapshotKind is what a snapshot of a sandbox holds.
@@ -189,10 +196,10 @@ type Spec struct {
 	// Capabilities.Snapshot does not cover.
 	Snapshot *SnapshotSource
 
-	// Volumes are host directories mounted read-write into the sandbox,
-	// each over its own file system (the manager's volumes): files keep
-	// the ids the sandbox gives them, as seen inside (0 is its root), in
-	// every sandbox that mounts the directory.
+	// Volumes are the manager's volumes, each a file system of its own,
+	// mounted read-write (no devices, no setuid) into the sandbox: files
+	// keep the ids the sandbox gives them, as seen inside (0 is its
+	// root), in every sandbox that mounts the volume.
 	Volumes []VolumeMount
 
 	// Export, when set, is an empty host directory that receives the
@@ -209,11 +216,33 @@ type Spec struct {
 	Export string
 }
 
-// VolumeMount is a host directory and the absolute, clean path inside
-// the sandbox it is mounted at.
+// VolumeMount is a volume and the absolute, clean path inside the
+// sandbox it is mounted at. The volume is a host directory (Source), or,
+// for a backend with Capabilities.VolumeImages, its ext4 image (Image).
 type VolumeMount struct {
 	Source string
+	Image  string
 	Target string
+}
+
+// CheckVolumes refuses Spec.Volumes that caps does not cover, or that do
+// not give each volume in the form caps asks for, at a clean absolute
+// path other than the root.
+func CheckVolumes(spec Spec, caps Capabilities) error {
+	if len(spec.Volumes) > 0 && !caps.Volumes {
+		return fmt.Errorf("volumes: %w", errors.ErrUnsupported)
+	}
+	for _, v := range spec.Volumes {
+		switch {
+		case !path.IsAbs(v.Target) || path.Clean(v.Target) != v.Target || v.Target == "/":
+			return fmt.Errorf("volume mount point %q is not a clean path below /", v.Target)
+		case caps.VolumeImages && (v.Image == "" || v.Source != ""):
+			return fmt.Errorf("volume at %s: this backend mounts a volume's image, and the spec gives %q", v.Target, v.Source+v.Image)
+		case !caps.VolumeImages && (v.Source == "" || v.Image != ""):
+			return fmt.Errorf("volume at %s: this backend mounts a volume's host directory, and the spec gives %q", v.Target, v.Source+v.Image)
+		}
+	}
+	return nil
 }
 
 // Resources are the sandbox's quotas. CPUCount, MemoryMB and DiskSizeMB

@@ -202,6 +202,8 @@ func (m *Manager) failed(ctx context.Context, rec store.Sandbox, log *slog.Logge
 	if serr := m.cfg.Store.SetState(context.WithoutCancel(ctx), rec.ID, store.StateError, err.Error()); serr != nil {
 		log.Error("recording a failed create", "err", serr)
 	}
+	// Nothing of it runs any more (undo).
+	m.detachVolumes(ctx, rec.ID, m.backends[rec.Backend], rec.VolumeMounts, log)
 	return err
 }
 
@@ -261,7 +263,7 @@ func (m *Manager) launch(ctx context.Context, rec store.Sandbox, tmpl *template.
 		return nil, step, err
 	}
 	var err error
-	if spec.Volumes, err = m.volumeSpecs(ctx, rec); err != nil {
+	if spec.Volumes, err = m.volumeSpecs(ctx, rec, backend); err != nil {
 		return fail(nil, "finding its volumes", err)
 	}
 	if err := m.rootImage(ctx, backend, &spec, tmpl); err != nil {

@@ -80,7 +80,11 @@ func (m *Manager) forkSnapshot(ctx context.Context, sb *sandbox) (store.Snapshot
 	default:
 		return store.Snapshot{}, store.Sandbox{}, nil, conflict("Sandbox '%s' cannot be forked while in '%s' state", sb.id, st)
 	}
-	kind, err := m.snapshotKind(sb.backend, "", "fork sandboxes")
+	if holdsVolumes(sb) {
+		return store.Snapshot{}, store.Sandbox{}, nil, invalid("Sandbox '%s' mounts volumes, each a disk of its own VM's that no other sandbox may mount meanwhile, "+
+			"and its forks would mount them too: snapshot it (createSnapshot: its files) and create sandboxes from the snapshot, each with volumes of its own", sb.id)
+	}
+	kind, err := m.snapshotKind(sb, "", "fork sandboxes")
 	if err != nil {
 		return store.Snapshot{}, store.Sandbox{}, nil, err
 	}
@@ -119,6 +123,10 @@ func (m *Manager) createFromSnapshot(ctx context.Context, req CreateRequest, sn 
 	}
 	if err := m.checkPolicy(backend, req); err != nil {
 		return store.Sandbox{}, err
+	}
+	if kindOf(sn.Kind) == isolation.MemorySnapshot && len(req.VolumeMounts) > 0 && backend.Capabilities().VolumeImages {
+		return store.Sandbox{}, invalid("snapshot '%s' holds a VM's memory, and a VM restored from memory has the disks it was saved with: it cannot mount volumes; "+
+			"create it without volumeMounts, or from a filesystem snapshot", req.Template)
 	}
 	if err := m.checkMounts(ctx, backend, req.VolumeMounts); err != nil {
 		return store.Sandbox{}, err

@@ -62,8 +62,11 @@ func (m *Manager) drop(ctx context.Context, sb *sandbox, state store.State, reas
 	m.detachNetwork(sb.id)
 	if err := inst.Stop(context.WithoutCancel(ctx)); err != nil {
 		// The record says killed; whatever is left is found as a
-		// leftover by the next reconcile.
+		// leftover by the next reconcile, which detaches its volumes
+		// then.
 		sb.log.Error("stopping sandbox", "reason", reason, "err", err)
+	} else {
+		m.detachVolumes(ctx, sb.id, sb.backend, sb.volumes, sb.log)
 	}
 	sb.log.Info("sandbox ended", "state", state, "reason", reason)
 	m.collectSnapshotsLater()

@@ -265,6 +265,7 @@ type sandbox struct {
 	autoPauseFiles bool
 	autoResume     bool
 	timeout        time.Duration // create-time, for a resume by traffic
+	volumes        []store.VolumeMount
 
 	// op serializes lifecycle transitions; it is held across store writes
 	// and backend calls.
@@ -462,6 +463,7 @@ func (m *Manager) newSandbox(rec store.Sandbox, backend isolation.Backend, inst 
 		autoPauseFiles: rec.AutoPauseFiles,
 		autoResume:     rec.AutoResume,
 		timeout:        rec.Timeout,
+		volumes:        rec.VolumeMounts,
 		conns:          map[*trackedConn]struct{}{},
 		metrics:        newRing(m.ringSize()),
 	}

@@ -66,6 +66,9 @@ func (m *Manager) reconcile(ctx context.Context) error {
 	if err := m.sweepSnapshots(ctx); err != nil {
 		return fmt.Errorf("reconciling: %w", err)
 	}
+	if err := m.sweepVolumes(ctx); err != nil {
+		return fmt.Errorf("reconciling: %w", err)
+	}
 	m.collectSnapshots(ctx)
 	return nil
 }

@@ -59,10 +59,19 @@ func (m *Manager) canSnapshot(backend isolation.Backend, kind isolation.Snapshot
 	return m.cfg.SnapshotDir != "" && backend.Capabilities().Snapshot >= kind
 }
 
-// snapshotKind is the kind a snapshot of mode makes on backend: what mode
-// asks for, or the richest the backend makes.
-func (m *Manager) snapshotKind(backend isolation.Backend, mode, what string) (isolation.SnapshotKind, error) {
+// snapshotKind is the kind a snapshot of mode makes of sb: what mode
+// asks for, or the richest its backend makes of it. That is its files
+// alone while it has volumes as disks of its own: a guest saved with its
+// memory has them mounted, and every sandbox started from it would too.
+func (m *Manager) snapshotKind(sb *sandbox, mode, what string) (isolation.SnapshotKind, error) {
+	backend := sb.backend
 	kind := backend.Capabilities().Snapshot
+	if holdsVolumes(sb) {
+		if mode == ModeFull {
+			return 0, invalid("Sandbox '%s' mounts volumes, each a disk of its own VM's: a snapshot with its memory (mode full) would have every sandbox started from it mount them too; use mode filesystem", sb.id)
+		}
+		kind = min(kind, isolation.FilesSnapshot)
+	}
 	switch mode {
 	case "":
 	case ModeFull:
@@ -128,7 +137,7 @@ func (m *Manager) CreateSnapshot(ctx context.Context, id string, req SnapshotReq
 	if st := sb.current(); st != store.StateRunning {
 		return store.Snapshot{}, conflict("Sandbox '%s' cannot be snapshotted while in '%s' state", id, st)
 	}
-	kind, err := m.snapshotKind(sb.backend, req.Mode, "snapshot sandboxes")
+	kind, err := m.snapshotKind(sb, req.Mode, "snapshot sandboxes")
 	if err != nil {
 		return store.Snapshot{}, err
 	}

@@ -99,6 +99,34 @@ func (s *Store) ListVolumes(ctx context.Context) ([]Volume, error) {
 	return out, rows.Err()
 }
 
+// VolumeUser is a live sandbox that mounts a volume, and the backend that
+// runs it.
+type VolumeUser struct {
+	SandboxID string
+	Backend   string
+}
+
+// VolumeUsers returns the starting, running and paused sandboxes that
+// mount the volume named name (once per mount), oldest first.
+func (s *Store) VolumeUsers(ctx context.Context, name string) ([]VolumeUser, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT sandboxes.id, sandboxes.backend FROM sandboxes, json_each(sandboxes.volume_mounts) AS m
+		WHERE sandboxes.state IN ('starting', 'running', 'paused') AND json_extract(m.value, '$.name') = ?
+		ORDER BY sandboxes.started_at, sandboxes.id`, name)
+	if err != nil {
+		return nil, fmt.Errorf("listing the sandboxes that mount volume %s: %w", name, err)
+	}
+	defer rows.Close()
+	var out []VolumeUser
+	for rows.Next() {
+		var u VolumeUser
+		if err := rows.Scan(&u.SandboxID, &u.Backend); err != nil {
+			return nil, fmt.Errorf("listing the sandboxes that mount volume %s: %w", name, err)
+		}
+		out = append(out, u)
+	}
+	return out, rows.Err()
+}
+
 // DeleteVolume deletes the record of volume id, unless a starting,
 // running or paused sandbox mounts it (an error wrapping ErrInUse). An
 // unknown id is no error.

@@ -47,11 +47,20 @@ func TestVolumes(t *testing.T) {
 	if err := s.DeleteVolume(ctx, "v-a"); !errors.Is(err, ErrInUse) {
 		t.Errorf("delete a mounted volume: %v", err)
 	}
+	if got, err := s.VolumeUsers(ctx, "a"); err != nil || !cmp.Equal(got, []VolumeUser{{SandboxID: "iuser", Backend: sb.Backend}}) {
+		t.Errorf("VolumeUsers(a) = %+v, %v", got, err)
+	}
+	if got, err := s.VolumeUsers(ctx, "b"); err != nil || len(got) != 0 {
+		t.Errorf("VolumeUsers(b) = %+v, %v", got, err)
+	}
 	if err := s.DeleteVolume(ctx, "v-b"); err != nil {
 		t.Errorf("delete an unmounted volume: %v", err)
 	}
 	if err := s.SetState(ctx, "iuser", StateKilled, ReasonKilled); err != nil {
 		t.Fatal(err)
+	}
+	if got, err := s.VolumeUsers(ctx, "a"); err != nil || len(got) != 0 {
+		t.Errorf("VolumeUsers(a) once its sandbox is killed = %+v, %v", got, err)
 	}
 	if err := s.DeleteVolume(ctx, "v-a"); err != nil {
 		t.Errorf("delete once its sandbox is killed: %v", err)

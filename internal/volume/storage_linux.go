@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -23,19 +24,32 @@ import (
 // journal (a volume is kept, unlike a sandbox's disk). Path mounts it at
 // <MountDir>/<id> in the host's mount namespace, where it stays mounted
 // (also across a restart of the server, which finds the mount again);
-// sandboxes and the content API share that one mount, so they see each
-// other's writes at once. The mount has no setuid programs or devices.
+// sandboxes that mount directories (jails) and the content API share that
+// one mount, so they see each other's writes at once. The mount has no
+// setuid programs or devices.
+//
+// Attach lends the image itself to one holder (a VM, whose kernel mounts
+// it) instead: the host's mount goes first, and <Dir>/<id>.holder names
+// the holder until Detach; while it is there, Path refuses. The file
+// outlives a restart of the server, so a VM that does too keeps its
+// volume to itself.
 type ImageStorage struct {
 	Dir      string
 	MountDir string
 
-	mu sync.Mutex // serializes mounts and removals
+	mu sync.Mutex // serializes mounts, loans and removals
 }
 
-var _ Storage = (*ImageStorage)(nil)
+var (
+	_ Storage  = (*ImageStorage)(nil)
+	_ Attacher = (*ImageStorage)(nil)
+)
 
-func (s *ImageStorage) image(id string) string { return filepath.Join(s.Dir, id+".ext4") }
-func (s *ImageStorage) mount(id string) string { return filepath.Join(s.MountDir, id) }
+func (s *ImageStorage) image(id string) string  { return filepath.Join(s.Dir, id+".ext4") }
+func (s *ImageStorage) mount(id string) string  { return filepath.Join(s.MountDir, id) }
+func (s *ImageStorage) holder(id string) string { return filepath.Join(s.Dir, id+holderSuffix) }
+
+const holderSuffix = ".holder"
 
 // Create implements Storage.
 func (s *ImageStorage) Create(ctx context.Context, id string, size int64) (err error) {
@@ -79,6 +93,12 @@ func (s *ImageStorage) Create(ctx context.Context, id string, size int64) (err e
 func (s *ImageStorage) Path(ctx context.Context, id string) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if h, err := s.heldBy(id); err != nil {
+		return "", err
+	} else if h != "" {
+		return "", fmt.Errorf("volume %s is attached to sandbox %s as a disk of its own (a VM's kernel has it mounted): "+
+			"its files are reachable in that sandbox, and here again once it is killed: %w", id, h, ErrInUse)
+	}
 	dir := s.mount(id)
 	if mounted, err := isMountPoint(dir); err != nil || mounted {
 		return dir, err
@@ -116,10 +136,137 @@ func (s *ImageStorage) Remove(_ context.Context, id string) error {
 	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	if err := os.Remove(s.image(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+	for _, f := range []string{s.image(id), s.holder(id)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
 	}
 	return nil
+}
+
+// Attach implements Attacher.
+func (s *ImageStorage) Attach(ctx context.Context, id, holder string) (string, error) {
+	if holder == "" || strings.ContainsAny(holder, "\n/") {
+		return "", fmt.Errorf("attaching volume %s: holder %q is not a sandbox ID: %w", id, holder, ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch h, err := s.heldBy(id); {
+	case err != nil:
+		return "", err
+	case h == holder:
+		return s.image(id), nil
+	case h != "":
+		return "", fmt.Errorf("volume %s is attached to sandbox %s: a volume is a disk of one VM at a time; kill that sandbox first: %w", id, h, ErrInUse)
+	}
+	img := s.image(id)
+	if _, err := os.Stat(img); err != nil {
+		return "", fmt.Errorf("volume image: %w", err)
+	}
+	if err := s.unmount(id); err != nil {
+		return "", err
+	}
+	// Not synced: a crash of the host ends the VM too (and the server's
+	// next start detaches what no live sandbox holds); one of the server
+	// leaves the file in the page cache.
+	if err := os.WriteFile(s.holder(id), []byte(holder), 0o600); err != nil {
+		return "", fmt.Errorf("recording the holder of volume %s: %w", id, err)
+	}
+	return img, nil
+}
+
+// unmount lets go of the host's mount of volume id, if it has one, and
+// makes sure no other mount of it is left (a jail's, which shares the
+// superblock through a bind mount of the host's).
+func (s *ImageStorage) unmount(id string) error {
+	dir := s.mount(id)
+	mounted, err := isMountPoint(dir)
+	if err != nil || !mounted {
+		return err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return fmt.Errorf("reading the mount of volume %s: %w", id, err)
+	}
+	// Not detached: a request of the content API in flight keeps it busy.
+	if err := unix.Unmount(dir, 0); errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("volume %s is being read or written through the volume content API; try again: %w", id, ErrInUse)
+	} else if err != nil {
+		return fmt.Errorf("unmounting volume %s: %w", id, err)
+	}
+	// The loop device goes with the last mount of its file system
+	// (autoclear); one still backed by the image is mounted elsewhere.
+	backing := fmt.Sprintf("/sys/dev/block/%d:%d/loop/backing_file", unix.Major(st.Dev), unix.Minor(st.Dev))
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if !backedBy(backing, s.image(id)) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("volume %s is still mounted by a sandbox on this host (not a VM); it is attached to a VM once none mounts it: %w", id, ErrInUse)
+		}
+	}
+}
+
+// backedBy reports whether the loop device whose backing_file (in sysfs)
+// is backing is attached to image.
+func backedBy(backing, image string) bool {
+	b, err := os.ReadFile(backing)
+	if err != nil {
+		return false // no such device any more, or not a loop device
+	}
+	f1, err1 := os.Stat(strings.TrimSuffix(string(b), "\n"))
+	f2, err2 := os.Stat(image)
+	return err1 == nil && err2 == nil && os.SameFile(f1, f2)
+}
+
+// Detach implements Attacher.
+func (s *ImageStorage) Detach(_ context.Context, id, holder string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, err := s.heldBy(id); err != nil || h != holder {
+		return err
+	}
+	if err := os.Remove(s.holder(id)); err != nil {
+		return fmt.Errorf("detaching volume %s: %w", id, err)
+	}
+	return nil
+}
+
+// Attached implements Attacher.
+func (s *ImageStorage) Attached(context.Context) (map[string]string, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]string{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), holderSuffix)
+		if !ok {
+			continue
+		}
+		h, err := s.heldBy(id)
+		if err != nil {
+			return nil, err
+		}
+		out[id] = h
+	}
+	return out, nil
+}
+
+// heldBy returns the holder volume id is attached to, "" when none; the
+// caller holds s.mu.
+func (s *ImageStorage) heldBy(id string) (string, error) {
+	b, err := os.ReadFile(s.holder(id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading the holder of volume %s: %w", id, err)
+	}
+	return string(b), nil
 }
 
 // List implements Storage.

@@ -6,15 +6,19 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
-// TestImageStorage makes a volume image, mounts it, fills it past its
-// size (the cap holds), finds the mount again as a restarted server would,
-// and removes everything.
-func TestImageStorage(t *testing.T) {
+// newVolume makes a volume of 16 MiB in an ImageStorage of its own under
+// the test's temporary directory, removed when the test ends, and returns
+// the storage, the volume's ID and its mount.
+func newVolume(t *testing.T) (*ImageStorage, string, string) {
+	t.Helper()
 	testenv.RequireRoot(t)
 	dir := t.TempDir()
 	s := &ImageStorage{Dir: filepath.Join(dir, "images"), MountDir: filepath.Join(dir, "mnt")}
@@ -28,6 +32,15 @@ func TestImageStorage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, id, p
+}
+
+// TestImageStorage makes a volume image, mounts it, fills it past its
+// size (the cap holds), finds the mount again as a restarted server would,
+// and removes everything.
+func TestImageStorage(t *testing.T) {
+	s, id, p := newVolume(t)
+	ctx := context.Background()
 	fi, err := os.Stat(p)
 	if err != nil || fi.Mode().Perm() != 0o777 {
 		t.Errorf("the volume's root: %v, %v", fi, err)
@@ -65,5 +78,88 @@ func TestImageStorage(t *testing.T) {
 	}
 	if _, err := os.Stat(s.image(id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("image left: %v", err)
+	}
+}
+
+// TestImageStorageAttach lends a volume's image to a holder: refused
+// while the content API has a file open in it or another mount of it is
+// left on the host; then the host lets go of it, Path refuses until the
+// holder detaches, and another holder is refused; the files are as they
+// were afterwards.
+func TestImageStorageAttach(t *testing.T) {
+	s, id, p := newVolume(t)
+	ctx := context.Background()
+	dir := filepath.Dir(s.Dir)
+	if err := os.WriteFile(filepath.Join(p, "f"), []byte("before"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	// A request of the content API in flight: the mount is busy.
+	open, err := os.Open(filepath.Join(p, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Attach(ctx, id, "vm1"); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "content API") {
+		t.Errorf("Attach with a file open: %v, want ErrInUse naming the content API", err)
+	}
+	open.Close()
+	// Another mount of the same file system (a jail's bind mount).
+	bind := filepath.Join(dir, "bind")
+	if err := os.Mkdir(bind, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(p, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(bind, unix.MNT_DETACH) })
+	if _, err := s.Attach(ctx, id, "vm1"); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "still mounted") {
+		t.Errorf("Attach with another mount left: %v, want ErrInUse", err)
+	}
+	if _, err := s.Path(ctx, id); err != nil {
+		t.Fatalf("Path after a refused Attach: %v", err)
+	}
+	if err := unix.Unmount(bind, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	img, err := s.Attach(ctx, id, "vm1")
+	if err != nil || img != s.image(id) {
+		t.Fatalf("Attach = %q, %v", img, err)
+	}
+	if mounted, _ := isMountPoint(p); mounted {
+		t.Error("the host still mounts an attached volume")
+	}
+	if _, err := s.Path(ctx, id); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "vm1") {
+		t.Errorf("Path while attached: %v, want ErrInUse naming the holder", err)
+	}
+	if again, err := s.Attach(ctx, id, "vm1"); err != nil || again != img {
+		t.Errorf("Attach again by the holder: %q, %v", again, err)
+	}
+	if _, err := s.Attach(ctx, id, "vm2"); !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "vm1") {
+		t.Errorf("Attach by another holder: %v, want ErrInUse naming vm1", err)
+	}
+	// The loan outlives a restart of the server.
+	restarted := &ImageStorage{Dir: s.Dir, MountDir: s.MountDir}
+	if got, err := restarted.Attached(ctx); err != nil || len(got) != 1 || got[id] != "vm1" {
+		t.Errorf("Attached = %v, %v", got, err)
+	}
+	if err := restarted.Detach(ctx, id, "vm2"); err != nil {
+		t.Errorf("Detach by another holder: %v", err)
+	}
+	if _, err := restarted.Path(ctx, id); !errors.Is(err, ErrInUse) {
+		t.Errorf("Path after another holder's Detach: %v, want ErrInUse", err)
+	}
+	if err := restarted.Detach(ctx, id, "vm1"); err != nil {
+		t.Fatal(err)
+	}
+	p, err = restarted.Path(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(p, "f")); err != nil || string(b) != "before" {
+		t.Errorf("the file after the loan: %q, %v", b, err)
+	}
+	if got, err := restarted.Attached(ctx); err != nil || len(got) != 0 {
+		t.Errorf("Attached after Detach = %v, %v", got, err)
 	}
 }

@@ -28,3 +28,18 @@ func (s *ImageStorage) Remove(context.Context, string) error { return errors.Err
 
 // List implements Storage.
 func (s *ImageStorage) List(context.Context) ([]string, error) { return nil, errors.ErrUnsupported }
+
+var _ Attacher = (*ImageStorage)(nil)
+
+// Attach implements Attacher.
+func (s *ImageStorage) Attach(context.Context, string, string) (string, error) {
+	return "", errors.ErrUnsupported
+}
+
+// Detach implements Attacher.
+func (s *ImageStorage) Detach(context.Context, string, string) error { return errors.ErrUnsupported }
+
+// Attached implements Attacher.
+func (s *ImageStorage) Attached(context.Context) (map[string]string, error) {
+	return nil, errors.ErrUnsupported
+}

@@ -5,9 +5,12 @@
 // Storage, which gives them as a directory on the host: ImageStorage
 // keeps each volume in an ext4 image of a fixed size (the cap) under the
 // data dir, mounted while the server runs; another Storage (an object
-// store behind a FUSE mount, say) can replace it. The records (ID, name,
-// size) are the store's; the content API's callers present tokens this
-// package signs (token.go).
+// store behind a FUSE mount, say) can replace it. A sandbox with a kernel
+// of its own (a VM) mounts the image itself instead, which ImageStorage
+// lends it alone (Attacher): the host lets go of the volume meanwhile,
+// and the content API answers ErrInUse. The records (ID, name, size) are
+// the store's; the content API's callers present tokens this package
+// signs (token.go).
 package volume
 
 import (
@@ -35,6 +38,22 @@ type Storage interface {
 	Remove(ctx context.Context, id string) error
 	// List returns the IDs of the volumes it holds.
 	List(ctx context.Context) ([]string, error)
+}
+
+// Attacher is a Storage that can lend a volume, as an ext4 image, to one
+// holder at a time: a VM sandbox, whose own kernel mounts it. While it is
+// lent the host does not mount it (Path refuses, with ErrInUse): two
+// kernels mounting one ext4 file system, each caching it as its own,
+// corrupt it.
+type Attacher interface {
+	// Attach lends volume id's image to holder and returns its path, once
+	// the host has let go of it. Attaching it again to the same holder is
+	// no error; to another, ErrInUse naming the one that has it.
+	Attach(ctx context.Context, id, holder string) (string, error)
+	// Detach ends holder's loan of volume id; none is no error.
+	Detach(ctx context.Context, id, holder string) error
+	// Attached returns the holder of each volume lent, by volume ID.
+	Attached(ctx context.Context) (map[string]string, error)
 }
 
 // Errors the API maps to statuses; the errors of this package wrap them.
@@ -160,7 +179,8 @@ func (s *Service) Delete(ctx context.Context, id string) error {
 }
 
 // Path returns the host directory of the volume named name, for a
-// sandbox to mount (ErrNotFound when there is none).
+// sandbox to mount (ErrNotFound when there is none; ErrInUse while it is
+// attached to a sandbox).
 func (s *Service) Path(ctx context.Context, name string) (string, error) {
 	v, err := s.records.VolumeByName(ctx, name)
 	if errors.Is(err, store.ErrNotFound) {
@@ -170,6 +190,74 @@ func (s *Service) Path(ctx context.Context, name string) (string, error) {
 		return "", err
 	}
 	return s.storage.Path(ctx, v.ID)
+}
+
+// Attach lends the volume named name to holder, a sandbox that mounts it
+// as a disk of its own (Attacher), and returns its image. ErrNotFound
+// when there is none; ErrInUse while another holds it, or a sandbox on
+// the host mounts it.
+func (s *Service) Attach(ctx context.Context, name, holder string) (string, error) {
+	a, ok := s.storage.(Attacher)
+	if !ok {
+		return "", fmt.Errorf("attaching volume '%s': this server's volume storage keeps no images to attach: %w", name, errors.ErrUnsupported)
+	}
+	v, err := s.records.VolumeByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", fmt.Errorf("volume '%s' not found: %w", name, ErrNotFound)
+	}
+	if err != nil {
+		return "", err
+	}
+	image, err := a.Attach(ctx, v.ID, holder)
+	if err != nil {
+		return "", fmt.Errorf("attaching volume '%s': %w", name, err)
+	}
+	return image, nil
+}
+
+// Detach ends holder's hold on the volume named name (Attach); a volume
+// that is gone, or not held by holder, is no error.
+func (s *Service) Detach(ctx context.Context, name, holder string) error {
+	a, ok := s.storage.(Attacher)
+	if !ok {
+		return nil // nothing was attached
+	}
+	v, err := s.records.VolumeByName(ctx, name)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil // deleted: its storage, loan included, is gone
+	}
+	if err != nil {
+		return err
+	}
+	if err := a.Detach(ctx, v.ID, holder); err != nil {
+		return fmt.Errorf("detaching volume '%s': %w", name, err)
+	}
+	return nil
+}
+
+// Attachments returns the holder of each volume attached (Attach), by
+// volume name.
+func (s *Service) Attachments(ctx context.Context) (map[string]string, error) {
+	out := map[string]string{}
+	a, ok := s.storage.(Attacher)
+	if !ok {
+		return out, nil
+	}
+	byID, err := a.Attached(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("listing attached volumes: %w", err)
+	}
+	for id, holder := range byID {
+		v, err := s.records.GetVolume(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // storage without a record: Sweep's
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[v.Name] = holder
+	}
+	return out, nil
 }
 
 // Open checks token for volume id and returns the root of its files,

@@ -21,12 +21,16 @@
 //
 // SDK_TEST_BACKEND=vm runs the server suite against `serve --backend vm`
 // (data dir AGENT_SANDBOX_TEST_VM_DATA_DIR, see server-process.mjs): by
-// default only the core files (CORE_FILES: create, commands, PTY, files,
-// watch, getHost, timeout, pause/resume, kill), header mode only and
-// SDK_TEST_SERVER_CONCURRENCY 2: each sandbox is a VM, emulated (TCG) where
-// there is no KVM, and the run must stay within minutes in CI.
+// default only its files (BACKEND_FILES.vm: the core — create, commands,
+// PTY, files, watch, getHost, timeout, pause/resume, kill — and fork,
+// snapshots, pauses to RAM, disk and files with auto-resume, volumes),
+// header mode only and SDK_TEST_SERVER_CONCURRENCY 2: each sandbox is a
+// VM, emulated (TCG) where there is no KVM, and the run must stay within
+// minutes in CI (its suites took 88–122 s on a loaded 2-core host, the
+// core files alone 22–29 s).
 // SDK_TEST_BACKEND=gvisor does the same against `serve --backend gvisor`
-// (data dir AGENT_SANDBOX_TEST_GVISOR_DATA_DIR), with concurrency 3.
+// (data dir AGENT_SANDBOX_TEST_GVISOR_DATA_DIR) with the core files and
+// concurrency 3.
 
 import { randomBytes } from 'node:crypto'
 import { readdirSync, writeFileSync } from 'node:fs'
@@ -53,13 +57,25 @@ const SERVER_CONCURRENCY = Number(process.env.SDK_TEST_SERVER_CONCURRENCY || { v
 /** The server files that make up the SDK core every backend must pass. */
 const CORE_FILES = ['lifecycle', 'router', 'ports']
 /**
- * Server files that need a server of their own, started with these flags:
- * each runs alone (jail backend, header mode) after the shared server's
- * files, and only when the whole server suite or the file is asked for.
+ * What a backend other than the jail runs by default: the core, and on the
+ * vm the lifecycle files too, which its memory snapshots make behave
+ * otherwise than on the jail.
+ */
+const BACKEND_FILES = {
+  vm: [...CORE_FILES, 'fork', 'snapshots', 'autopause', 'pause-disk', 'volumes'],
+  gvisor: CORE_FILES,
+}
+/**
+ * Server files that need a server of their own, started with these flags,
+ * on the backends listed: each runs alone (header mode) after the shared
+ * server's files, and only when the whole server suite or the file is
+ * asked for.
  */
 const SOLO_FILES = {
-  'timeout-limit': ['--max-timeout', '2h'],
-  'timeout-unlimited': ['--max-timeout', '0'],
+  'timeout-limit': { flags: ['--max-timeout', '2h'], backends: ['jail'] },
+  'timeout-unlimited': { flags: ['--max-timeout', '0'], backends: ['jail'] },
+  // Every pause that keeps memory goes to disk at once where the backend can.
+  'pause-disk': { flags: ['--pause-in-ram', '0'], backends: ['jail', 'vm'] },
 }
 /** Metadata key every server-suite sandbox carries (see server/helpers.mjs). */
 const RUN_META_KEY = 'sdkTestRun'
@@ -216,6 +232,7 @@ async function runServerMode(mode, files, flags = []) {
       // api./<port>-<id>.sandbox.test:<port> (tls) → 127.0.0.1.
       SDK_TEST_RESOLVE: mode === 'tls' ? TLS_DOMAIN_NAME : 'localhost',
       SDK_TEST_MODE: mode,
+      SDK_TEST_BACKEND: BACKEND,
       SDK_TEST_API_URL: server.url,
       SDK_TEST_RUN: runTag,
       SDK_TEST_REGISTRY: registry.host,
@@ -232,7 +249,9 @@ async function runServerMode(mode, files, flags = []) {
   } finally {
     await registry.close()
     const exit = await server.stop()
-    const path = join(tmpdir(), `agent-sandbox-sdk-${BACKEND === 'jail' ? '' : `${BACKEND}-`}${mode}.log`)
+    // A server of its own (flags) has a log of its own, named after its file.
+    const solo = flags.length ? `-${basename(files[0], '.test.mjs')}` : ''
+    const path = join(tmpdir(), `agent-sandbox-sdk-${BACKEND === 'jail' ? '' : `${BACKEND}-`}${mode}${solo}.log`)
     writeFileSync(path, server.output())
     console.log(`server (${mode}) stopped (${exit?.signal ?? `exit ${exit?.code}`}); output: ${path}`)
   }
@@ -242,10 +261,14 @@ async function runServerMode(mode, files, flags = []) {
 async function runServerSuite(areas) {
   if (!['jail', 'gvisor', 'vm'].includes(BACKEND)) throw new Error(`unknown SDK_TEST_BACKEND '${BACKEND}' (jail, gvisor, vm)`)
   const coreOnly = BACKEND !== 'jail'
-  const isSolo = (f) => basename(f, '.test.mjs') in SOLO_FILES
-  const files = testFiles(SERVER_TEST_DIR, coreOnly && areas.length === 0 ? CORE_FILES : areas)
-  const shared = files.filter((f) => !isSolo(f))
-  const solo = coreOnly ? [] : files.filter(isSolo)
+  const soloOf = (f) => SOLO_FILES[basename(f, '.test.mjs')]
+  const files = testFiles(SERVER_TEST_DIR, coreOnly && areas.length === 0 ? BACKEND_FILES[BACKEND] : areas)
+  const shared = files.filter((f) => !soloOf(f))
+  const solo = files.filter((f) => soloOf(f)?.backends.includes(BACKEND))
+  for (const a of areas) {
+    const s = SOLO_FILES[basename(a, '.test.mjs')]
+    if (s && !s.backends.includes(BACKEND)) throw new Error(`server/${a} runs on the ${s.backends.join(' and ')} backend only, not ${BACKEND}`)
+  }
   const modes = (process.env.SDK_TEST_SERVER_MODES || (coreOnly ? 'header' : 'header,tls')).split(',').map((m) => m.trim()).filter(Boolean)
   const results = []
   // One after the other: two servers must not share one data dir (database).
@@ -254,7 +277,7 @@ async function runServerSuite(areas) {
     if (shared.length) results.push(await runServerMode(mode, shared))
   }
   for (const f of solo) {
-    results.push(await runServerMode('header', [f], [...SOLO_FILES[basename(f, '.test.mjs')], '--warm-pool', 'none']))
+    results.push(await runServerMode('header', [f], [...soloOf(f).flags, '--warm-pool', 'none']))
   }
   return results
 }

@@ -51,6 +51,18 @@ func AttachBinary(tree int, guest string, base int) error {
 	return nil
 }
 
+// AttachVolume attaches tree, a detached mount of a volume, at dir, which
+// it makes (with its missing parents) owned by base, the sandbox's root.
+func AttachVolume(tree int, dir string, base int) error {
+	if err := MkdirOwned(dir, base, base); err != nil {
+		return fmt.Errorf("making volume mount point %s: %w", dir, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mounting volume at %s: %w", dir, err)
+	}
+	return nil
+}
+
 // BuildDev mounts a minimal /dev, read-only, with devpts and a /dev/shm of
 // shmSize bytes. Init makes the nodes (as host root, which a user
 // namespace could not) and gives everything to base, so that root owns

@@ -31,14 +31,10 @@ type Instance struct {
 	// ops serializes what changes the sandbox's run state: Pause, Resume.
 	ops sync.Mutex
 
-	done     chan struct{} // closed when the sandbox process has exited
-	stopOnce sync.Once
-	stopErr  error
+	*isolation.Ending // ended when the sandbox process has exited
 
 	mu        sync.Mutex // guards the fields below
 	paused    bool
-	stopping  bool
-	exit      isolation.Exit
 	lastCPU   time.Duration
 	lastCPUAt time.Time
 }
@@ -46,7 +42,7 @@ type Instance struct {
 var _ isolation.Instance = (*Instance)(nil)
 
 func newInstance(b *Backend, id string, cg *cgroup.Cgroup, ns *network.Namespace, st state) *Instance {
-	inst := &Instance{b: b, id: id, cg: cg, ns: ns, state: st, done: make(chan struct{}), lastCPUAt: time.Now()}
+	inst := &Instance{b: b, id: id, cg: cg, ns: ns, state: st, Ending: isolation.NewEnding(), lastCPUAt: time.Now()}
 	if s, err := cg.Stats(); err == nil {
 		inst.lastCPU = s.CPUTime
 	}
@@ -67,13 +63,7 @@ func (inst *Instance) watch(p *proc.Process) {
 		oom = true
 		reason = "the sandbox hit its memory limit (gVisor's kernel killed): " + reason
 	}
-	inst.mu.Lock()
-	if inst.stopping {
-		reason = "stopped"
-	}
-	inst.exit = isolation.Exit{OOM: oom, Reason: reason}
-	inst.mu.Unlock()
-	close(inst.done)
+	inst.End(isolation.Exit{OOM: oom, Reason: reason})
 }
 
 // State implements isolation.Instance.
@@ -97,7 +87,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	inst.mu.Lock()
 	paused := inst.paused
 	inst.mu.Unlock()
-	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.done, "127.0.0.1", port)
+	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.Done(), "127.0.0.1", port)
 }
 
 // Pause implements isolation.Instance: runsc pause stops every task in
@@ -193,26 +183,8 @@ func (inst *Instance) gofer() int {
 	return 0
 }
 
-// Done implements isolation.Instance.
-func (inst *Instance) Done() <-chan struct{} { return inst.done }
-
-// Exit implements isolation.Instance.
-func (inst *Instance) Exit() isolation.Exit {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	return inst.exit
-}
-
 // Stop implements isolation.Instance.
-func (inst *Instance) Stop(ctx context.Context) error {
-	inst.stopOnce.Do(func() {
-		inst.mu.Lock()
-		inst.stopping = true
-		inst.mu.Unlock()
-		inst.stopErr = inst.stop(context.WithoutCancel(ctx))
-	})
-	return inst.stopErr
-}
+func (inst *Instance) Stop(ctx context.Context) error { return inst.StopOnce(ctx, inst.stop) }
 
 func (inst *Instance) stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -226,7 +198,7 @@ func (inst *Instance) stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	select {
-	case <-inst.done:
+	case <-inst.Done():
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for the sandbox process to exit: %w", ctx.Err()))
 	}

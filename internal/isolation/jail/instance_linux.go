@@ -32,14 +32,10 @@ type Instance struct {
 	// nil when there is none or the Instance was adopted.
 	export *exportConfig
 
-	done     chan struct{} // closed when init has exited
-	stopOnce sync.Once
-	stopErr  error
+	*isolation.Ending // ended when init has exited
 
 	mu        sync.Mutex // guards the fields below
 	paused    bool
-	stopping  bool
-	exit      isolation.Exit
 	lastCPU   time.Duration
 	lastCPUAt time.Time
 }
@@ -66,7 +62,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	inst.mu.Lock()
 	paused := inst.paused
 	inst.mu.Unlock()
-	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.done, "127.0.0.1", port)
+	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.Done(), "127.0.0.1", port)
 }
 
 // Pause implements isolation.Instance.
@@ -127,26 +123,8 @@ func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
 	return out, nil
 }
 
-// Done implements isolation.Instance.
-func (inst *Instance) Done() <-chan struct{} { return inst.done }
-
-// Exit implements isolation.Instance.
-func (inst *Instance) Exit() isolation.Exit {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	return inst.exit
-}
-
 // Stop implements isolation.Instance.
-func (inst *Instance) Stop(ctx context.Context) error {
-	inst.stopOnce.Do(func() {
-		inst.mu.Lock()
-		inst.stopping = true
-		inst.mu.Unlock()
-		inst.stopErr = inst.stop(context.WithoutCancel(ctx))
-	})
-	return inst.stopErr
-}
+func (inst *Instance) Stop(ctx context.Context) error { return inst.StopOnce(ctx, inst.stop) }
 
 func (inst *Instance) stop(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -157,7 +135,7 @@ func (inst *Instance) stop(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	select {
-	case <-inst.done:
+	case <-inst.Done():
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
 	}
@@ -208,11 +186,5 @@ func (inst *Instance) finish(reason string) {
 		oom = true
 		reason += fmt.Sprintf(" (%d processes killed by the memory limit)", s.OOMKills)
 	}
-	inst.mu.Lock()
-	if inst.stopping {
-		reason = "stopped"
-	}
-	inst.exit = isolation.Exit{OOM: oom, Reason: reason}
-	inst.mu.Unlock()
-	close(inst.done)
+	inst.End(isolation.Exit{OOM: oom, Reason: reason})
 }

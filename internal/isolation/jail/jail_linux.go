@@ -122,6 +122,9 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	if err := isolation.CheckSnapshot(spec, b.Capabilities()); err != nil {
 		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 	}
+	if err := isolation.CheckVolumes(spec, b.Capabilities()); err != nil {
+		return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
+	}
 	if res.Pids <= 0 {
 		res.Pids = defaultPids(res.MemoryMB)
 	}
@@ -144,9 +147,6 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	var volumes []toolMount
 	for _, v := range spec.Volumes {
-		if v.Target != filepath.Clean(v.Target) || v.Target == "/" {
-			return nil, fmt.Errorf("starting sandbox %s: volume mount point %q is not a clean path below /", spec.ID, v.Target)
-		}
 		volumes = append(volumes, toolMount{Host: v.Source, Guest: v.Target})
 		paths = append(paths, v.Source, v.Target)
 	}
@@ -312,7 +312,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	inst := &Instance{
 		b: b, id: spec.ID, cg: cg, ns: ns, dir: dir, cmd: cmd,
-		cpus: res.CPUCount, done: make(chan struct{}),
+		cpus: res.CPUCount, Ending: isolation.NewEnding(),
 		lastCPUAt: time.Now(),
 	}
 	if spec.Export != "" {
@@ -322,7 +322,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	rollback.Push(func(ctx context.Context) error {
 		_ = cmd.Process.Kill()
 		select {
-		case <-inst.done:
+		case <-inst.Done():
 		case <-ctx.Done():
 		}
 		return nil
@@ -471,7 +471,7 @@ func (b *Backend) Adopt(ctx context.Context, id string, raw json.RawMessage) (is
 	frozen, _ := cg.Frozen()
 	inst := &Instance{
 		b: b, id: id, cg: cg, ns: ns, dir: st.Dir, state: st, cpus: st.CPUCount,
-		done: make(chan struct{}), paused: frozen, lastCPUAt: time.Now(),
+		Ending: isolation.NewEnding(), paused: frozen, lastCPUAt: time.Now(),
 	}
 	if s, err := cg.Stats(); err == nil {
 		inst.lastCPU = s.CPUTime

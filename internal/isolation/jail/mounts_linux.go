@@ -136,11 +136,8 @@ func buildRoot(cfg *initConfig, lowers []string, base int, volumes []int) error 
 		}
 	}
 	for i, v := range cfg.Volumes {
-		if err := guest.MkdirOwned(v.Guest, base, base); err != nil {
-			return fmt.Errorf("making volume mount point %s: %w", v.Guest, err)
-		}
-		if err := unix.MoveMount(volumes[i], "", unix.AT_FDCWD, v.Guest, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-			return fmt.Errorf("mounting volume at %s: %w", v.Guest, err)
+		if err := guest.AttachVolume(volumes[i], v.Guest, base); err != nil {
+			return err
 		}
 	}
 	return nil

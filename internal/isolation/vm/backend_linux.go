@@ -98,7 +98,10 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{
 		cfg: cfg, kvm: kvm, root: root, ids: ids, net: cfg.Network,
 		cmdline: sync.OnceValue(func() string { return guestCmdline(hostTSCKHz()) }),
-		boot:    &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2]},
+		boot:    &bootCache{dir: cfg.CacheDir, kernel: k, init: cfg.Init, mkfs: tools[2], log: cfg.Log},
+	}
+	if err := sweepCache(cfg.CacheDir, cfg.Log); err != nil {
+		cfg.Log.Warn("vm: sweeping the boot cache", "err", err)
 	}
 	if cfg.Snapshots {
 		b.snaps = newSnapshots(filepath.Join(cfg.CacheDir, "snapshots"), cfg.Log)
@@ -119,10 +122,11 @@ func (b *Backend) Close() error {
 }
 
 // Capabilities implements isolation.Backend: a VM pauses (QMP stop),
-// saves its memory with its disk and boots from the template's ext4
-// image; build steps run in jails.
+// saves its memory with its disk, boots from the template's ext4 image
+// and mounts volumes from theirs, as disks of its own; build steps run in
+// jails.
 func (b *Backend) Capabilities() isolation.Capabilities {
-	return isolation.Capabilities{Pause: true, RootImage: true, Snapshot: isolation.MemorySnapshot}
+	return isolation.Capabilities{Pause: true, RootImage: true, Snapshot: isolation.MemorySnapshot, Volumes: true, VolumeImages: true}
 }
 
 func (b *Backend) dir(id string) string        { return filepath.Join(b.cfg.StateDir, id) }
@@ -153,6 +157,8 @@ type state struct {
 	// backed by. A snapshot of the VM records both.
 	MAC   string `json:"mac"`
 	Image string `json:"image"`
+	// Volumes is how many volume disks the VM has.
+	Volumes int `json:"volumes,omitempty"`
 	// Cgroup is QEMU's group, relative to the hierarchies' root.
 	Cgroup string `json:"cgroup"`
 }
@@ -185,7 +191,9 @@ type plan struct {
 // Start implements isolation.Backend. A sandbox starts from
 // Spec.Snapshot when it has one. Otherwise, with boot snapshots on, a
 // sandbox of a shape that has a memory snapshot is restored from it; the
-// first of a shape boots cold and has its snapshot made beside it.
+// first of a shape boots cold and has its snapshot made beside it. One
+// with volumes boots cold: a restored guest has the devices it was saved
+// with, and a boot snapshot has no volume disks.
 func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (isolation.Instance, error) {
 	p, err := b.plan(ctx, spec)
 	if err != nil {
@@ -200,7 +208,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (isolation.Ins
 		if snap, err = b.openSnapshot(p, *spec.Snapshot); err != nil {
 			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
 		}
-	case b.snaps != nil:
+	case b.snaps != nil && len(spec.Volumes) == 0:
 		key, err := b.snapshotKey(p)
 		if err != nil {
 			return nil, fmt.Errorf("starting sandbox %s: %w", spec.ID, err)
@@ -223,6 +231,9 @@ func (b *Backend) plan(ctx context.Context, spec isolation.Spec) (*plan, error) 
 		return nil, err
 	}
 	if err := spec.Resources.Check(); err != nil {
+		return nil, err
+	}
+	if err := isolation.CheckVolumes(spec, b.Capabilities()); err != nil {
 		return nil, err
 	}
 	switch {
@@ -328,10 +339,14 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 	m := &machine{
 		id: spec.ID, accel: b.cfg.Accel, cpus: res.CPUCount, memoryMB: res.MemoryMB,
 		diskIO: res.DiskIO, mac: macAddress(spec.ID), tbMB: tcgCacheMB, cmdline: b.cmdline(),
+		volumes: len(spec.Volumes),
 	}
 	lf := launchFiles{
 		qmp: filepath.Join(dir, qmpSocket), console: filepath.Join(dir, consoleSocket), tap: tap, kernel: b.boot.kernel.Vmlinuz, initrd: p.initrd,
 		overlay: overlay, image: spec.RootImage, tools: p.tools,
+	}
+	for _, v := range spec.Volumes {
+		lf.volumes = append(lf.volumes, v.Image)
 	}
 	if restore {
 		// The devices must be the saved VM's, its NIC's address among them.
@@ -351,7 +366,7 @@ func (b *Backend) start(ctx context.Context, p *plan, snap *snapshot) (_ *Instan
 	inst.state = state{
 		Pid: inst.pid, Start: inst.start, UID: uid, Gateway: link.Gateway, Address: link.Address,
 		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskMB: res.DiskSizeMB,
-		MAC: m.mac, Image: spec.RootImage, Cgroup: b.cgroupName(spec.ID),
+		MAC: m.mac, Image: spec.RootImage, Cgroup: b.cgroupName(spec.ID), Volumes: len(spec.Volumes),
 	}
 	if restore {
 		err = inst.restore(ctx, snap, vminit.Identity{Hostname: p.hostname, Network: guestNet}, spec.EnvdAccessToken)
@@ -382,6 +397,9 @@ func (b *Backend) guestConfig(p *plan, n *vminit.Network) vminit.Config {
 	}
 	for g := range p.bins {
 		cfg.Binaries[g] = g // the tools disk holds each at its guest path
+	}
+	for _, v := range p.spec.Volumes {
+		cfg.Volumes = append(cfg.Volumes, v.Target)
 	}
 	return cfg
 }

@@ -5,14 +5,18 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/initramfs"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/kernel"
@@ -25,14 +29,62 @@ import (
 // modules it loads) and the tools disk (envd and the other host binaries
 // the sandbox gets). Files are named after their inputs' identity, so a
 // rebuilt binary or another kernel is a new file beside the old one,
-// which running VMs keep using.
+// which running VMs keep using (QEMU holds what it was given open); the
+// old one goes once unused for cacheMaxAge (sweepCache).
 type bootCache struct {
 	dir    string
 	kernel *kernel.Kernel
 	init   string
 	mkfs   string // mkfs.ext4
+	log    *slog.Logger
 
 	mu sync.Mutex // serialises the making of files
+}
+
+// A cache entry (a boot file, a memory snapshot) unused for cacheMaxAge is
+// removed at the backend's start; use marks an entry at most once per
+// cacheTouchEvery, by its modification time.
+const (
+	cacheMaxAge     = 7 * 24 * time.Hour
+	cacheTouchEvery = time.Hour
+)
+
+// markUsed records that the cache entry at path is in use.
+func markUsed(path string) {
+	if fi, err := os.Stat(path); err == nil && time.Since(fi.ModTime()) > cacheTouchEvery {
+		now := time.Now()
+		_ = os.Chtimes(path, now, now)
+	}
+}
+
+// sweepCache removes what a server that died while making it left in the
+// cache (*.new, tools-stage-*) and the boot files and memory snapshots
+// unused for cacheMaxAge: those of older binaries, kernels and shapes.
+func sweepCache(dir string, log *slog.Logger) error {
+	var errs []error
+	for _, pattern := range []string{"*.new", "tools-stage-*", "initramfs-*.cpio", "tools-*.ext4", "snapshots/*"} {
+		paths, err := filepath.Glob(filepath.Join(dir, pattern))
+		if err != nil {
+			return err
+		}
+		for _, p := range paths {
+			fi, err := os.Stat(p)
+			if err != nil {
+				continue
+			}
+			stale := strings.HasSuffix(p, ".new") || strings.HasPrefix(filepath.Base(p), "tools-stage-") ||
+				time.Since(fi.ModTime()) > cacheMaxAge
+			if !stale {
+				continue
+			}
+			if err := os.RemoveAll(p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			log.Info("vm: removed from the boot cache", "path", p, "unused_since", fi.ModTime().Round(time.Second))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // fileKey identifies a version of a host file without reading it.
@@ -60,8 +112,10 @@ func (c *bootCache) make(name string, write func(path string) error) (string, er
 	defer c.mu.Unlock()
 	path := filepath.Join(c.dir, name)
 	if _, err := os.Stat(path); err == nil {
+		markUsed(path)
 		return path, nil
 	}
+	t0 := time.Now()
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return "", err
 	}
@@ -75,7 +129,11 @@ func (c *bootCache) make(name string, write func(path string) error) (string, er
 	if err := os.Chmod(tmp, 0o644); err != nil {
 		return "", err
 	}
-	return path, os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return "", err
+	}
+	c.log.Info("vm: made a boot file", "path", path, "took", time.Since(t0).Round(time.Millisecond))
+	return path, nil
 }
 
 // initramfs returns the shared initramfs: vminit as /init and the

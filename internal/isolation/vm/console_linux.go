@@ -39,8 +39,13 @@ func (inst *Instance) connectConsole(ctx context.Context, path string) error {
 	return nil
 }
 
-// requestTimeout bounds the guest's answer to a request.
-const requestTimeout = 10 * time.Second
+// requestTimeout bounds the guest's answer to a request; syncTimeout to
+// OpSync, which writes back up to the guest's memory through an emulated
+// disk.
+const (
+	requestTimeout = 10 * time.Second
+	syncTimeout    = time.Minute
+)
 
 // request has the guest's init carry out r, and waits for its answer.
 func (inst *Instance) request(ctx context.Context, r vminit.Request) error {
@@ -51,7 +56,11 @@ func (inst *Instance) request(ctx context.Context, r vminit.Request) error {
 	if err != nil {
 		return fmt.Errorf("asking the guest's init to %s: %w", r.Op, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	timeout := requestTimeout
+	if r.Op == vminit.OpSync {
+		timeout = syncTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = inst.consoleConn.SetWriteDeadline(dl)

@@ -14,7 +14,12 @@
 //  2. takes from the boot cache (CacheDir) the initramfs — vminit, the
 //     guest's init, as /init and the kernel modules it loads — and the
 //     tools disk, a read-only ext4 image holding envd and Spec.Tools at
-//     their guest paths; both are made once per version of their inputs;
+//     their guest paths; both are made once per version of their inputs
+//     (logged), and what goes unused for a week is removed at start.
+//     Each of Spec.Volumes is a further disk, the volume's own ext4
+//     image (VolumeMount.Image, lent to the sandbox alone by the
+//     manager), read-write, with QEMU's cache in writeback: the guest's
+//     flushes reach the host's disk;
 //  3. asks the host networking (network.Host) for the sandbox's namespace
 //     and routed veth, as for a jail, creates the tap tap0 in it and hands
 //     the sandbox's address to the guest behind the tap (ForwardTo): the
@@ -37,7 +42,10 @@
 //     manager then waits for envd (isolation.WaitEnvd) through Dial.
 //
 // In the guest, vminit loads the virtio modules, grows the root file
-// system to the disk's size, mounts the tools, configures eth0, sets
+// system to the disk's size, mounts the tools and the volumes (each found
+// by its disk's serial, mounted read-write without devices or setuid;
+// the guest's users own what they write, as uid 1000 writes 1000 in a
+// jail), configures eth0, sets
 // kernel.modules_disabled, confines itself as the jail's init does
 // (isolation/guest: capability bounding set, no_new_privs if asked, the
 // same seccomp deny list) and starts envd on the guest's loopback. The
@@ -63,7 +71,9 @@
 // reseeds from, the time) and answers on it; the server then replaces the saved envd's
 // token with the sandbox's (POST /init). What clones still share: the
 // guest kernel's address layout (KASLR) and the memory layout of init
-// and envd, as with every snapshot-restoring VM service.
+// and envd, as with every snapshot-restoring VM service. A sandbox with
+// volumes boots cold: a restored guest has the disks it was saved with,
+// and a boot snapshot has none.
 //
 // # Snapshots of a sandbox
 //
@@ -73,7 +83,20 @@
 // writes held; it thaws by itself after vminit.FreezeLimit) so that the
 // copied overlay is whole. Start with Spec.Snapshot restores the first
 // kind into a VM of the same shape, with an identity and a token of its
-// own, and boots cold over the second.
+// own, and boots cold over the second. A memory snapshot records how
+// many volume disks the VM had, and restores only with as many: its
+// guest has them mounted (the manager restores it only as the same
+// sandbox, with the same volumes, after a pause to disk). Volumes are
+// never part of a snapshot: they are the volume package's.
+//
+// # Stop
+//
+// A volume outlives the VM, and what the guest wrote last may be in its
+// page cache alone: before killing QEMU, Stop has vminit write back every
+// file system (vminit.OpSync; a paused guest runs for that long). A guest
+// whose memory was saved while paused is killed as it is: it goes on from
+// that memory, caches included, when it is restored, and must find its
+// volumes as it left them.
 //
 // # The console and QEMU's confinement
 //

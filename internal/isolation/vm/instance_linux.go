@@ -42,15 +42,14 @@ type Instance struct {
 	// Snapshot.
 	ops sync.Mutex
 
-	done     chan struct{} // closed when QEMU has exited
-	stopOnce sync.Once
-	stopErr  error
+	*isolation.Ending // ended when QEMU has exited
 
 	mu          sync.Mutex // guards the fields below
 	consoleConn net.Conn   // set once, when connected
 	paused      bool
-	stopping    bool
-	exit        isolation.Exit
+	// memorySaved: the guest's memory was saved while it was paused, and
+	// it has not run since (syncVolumes).
+	memorySaved bool
 	lastCPU     time.Duration
 	lastCPUAt   time.Time
 }
@@ -60,7 +59,7 @@ var _ isolation.Instance = (*Instance)(nil)
 func newInstance(b *Backend, id string, cg *cgroup.Cgroup, mon *qmp.Client, console *tail) *Instance {
 	inst := &Instance{
 		b: b, id: id, cg: cg, qmp: mon, console: console, consoleRead: make(chan struct{}),
-		done: make(chan struct{}), lastCPUAt: time.Now(),
+		Ending: isolation.NewEnding(), lastCPUAt: time.Now(),
 	}
 	if s, err := cg.Stats(); err == nil {
 		inst.lastCPU = s.CPUTime
@@ -86,7 +85,7 @@ func (inst *Instance) Dial(ctx context.Context, port int) (net.Conn, error) {
 	inst.mu.Lock()
 	paused := inst.paused
 	inst.mu.Unlock()
-	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.done, inst.state.Address.String(), port)
+	return isolation.DialIn(ctx, inst.ns, inst.id, paused, inst.Done(), inst.state.Address.String(), port)
 }
 
 // Pause implements isolation.Instance: the vCPUs stop (QMP stop); the
@@ -114,7 +113,7 @@ func (inst *Instance) Resume(ctx context.Context) error {
 		return fmt.Errorf("resuming sandbox %s: %w", inst.id, err)
 	}
 	inst.mu.Lock()
-	inst.paused = false
+	inst.paused, inst.memorySaved = false, false
 	inst.mu.Unlock()
 	return nil
 }
@@ -151,25 +150,47 @@ func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
 	return out, nil
 }
 
-// Done implements isolation.Instance.
-func (inst *Instance) Done() <-chan struct{} { return inst.done }
-
-// Exit implements isolation.Instance.
-func (inst *Instance) Exit() isolation.Exit {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	return inst.exit
-}
-
 // Stop implements isolation.Instance.
 func (inst *Instance) Stop(ctx context.Context) error {
-	inst.stopOnce.Do(func() {
-		inst.mu.Lock()
-		inst.stopping = true
-		inst.mu.Unlock()
-		inst.stopErr = inst.stop(context.WithoutCancel(ctx))
+	return inst.StopOnce(ctx, func(ctx context.Context) error {
+		inst.syncVolumes(ctx)
+		return inst.stop(ctx)
 	})
-	return inst.stopErr
+}
+
+// syncVolumes has the guest write its volumes' cached writes to their
+// disks before QEMU is killed: a volume outlives the VM, and what the
+// guest wrote last may be in its memory alone. A paused guest runs for
+// that long. One whose memory was saved (paused to disk) is left as it
+// was saved: it goes on from there, caches included, when restored,
+// and must find its disks as it left them. A failure is logged; the VM
+// is stopped all the same.
+func (inst *Instance) syncVolumes(ctx context.Context) {
+	inst.ops.Lock()
+	defer inst.ops.Unlock()
+	inst.mu.Lock()
+	skip := inst.state.Volumes == 0 || inst.memorySaved || inst.consoleConn == nil
+	paused := inst.paused
+	inst.mu.Unlock()
+	select {
+	case <-inst.Done():
+		return
+	default:
+	}
+	if skip {
+		return
+	}
+	err := func() error {
+		if paused {
+			if err := inst.qmp.Cont(ctx); err != nil {
+				return err
+			}
+		}
+		return inst.request(ctx, vminit.Request{Op: vminit.OpSync})
+	}()
+	if err != nil {
+		inst.b.cfg.Log.Warn("writing back the volumes of a VM before stopping it; what it wrote last may be lost", "sandbox_id", inst.id, "err", err)
+	}
 }
 
 func (inst *Instance) stop(ctx context.Context) error {
@@ -200,7 +221,7 @@ func (inst *Instance) kill(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	select {
-	case <-inst.done:
+	case <-inst.Done():
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for QEMU to exit: %w", ctx.Err()))
 	}
@@ -227,13 +248,7 @@ func (inst *Instance) finish(reason string) {
 		oom = true
 		reason = "the VM hit its host memory limit (QEMU killed): " + reason
 	}
-	inst.mu.Lock()
-	if inst.stopping {
-		reason = "stopped"
-	}
-	inst.exit = isolation.Exit{OOM: oom, Reason: reason}
-	inst.mu.Unlock()
-	close(inst.done)
+	inst.End(isolation.Exit{OOM: oom, Reason: reason})
 }
 
 var (

@@ -26,6 +26,7 @@ type launchFiles struct {
 	overlay string
 	image   string
 	tools   string
+	volumes []string // the volumes' images, in machine.volumes' order
 }
 
 // launch starts QEMU for m, stopped (-S), as uid in cg, and connects to
@@ -44,28 +45,48 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 		}
 		opened = append(opened, sockets[i])
 	}
-	files := []*os.File{sockets[0], lf.tap}
-	for _, o := range []struct {
+	type file struct {
 		path string
 		flag int
-	}{
-		{lf.kernel, os.O_RDONLY}, {lf.initrd, os.O_RDONLY},
-		{lf.overlay, os.O_RDWR}, {lf.overlay, os.O_RDONLY},
-		{lf.image, os.O_RDONLY}, {lf.tools, os.O_RDONLY},
-	} {
-		f, err := os.OpenFile(o.path, o.flag|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("opening what QEMU runs on: %w", err)
-		}
-		opened = append(opened, f)
-		files = append(files, f)
 	}
+	open := func(fs ...file) ([]*os.File, error) {
+		var out []*os.File
+		for _, o := range fs {
+			f, err := os.OpenFile(o.path, o.flag|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return nil, fmt.Errorf("opening what QEMU runs on: %w", err)
+			}
+			opened = append(opened, f)
+			out = append(out, f)
+		}
+		return out, nil
+	}
+	disks, err := open(
+		file{lf.kernel, os.O_RDONLY}, file{lf.initrd, os.O_RDONLY},
+		file{lf.overlay, os.O_RDWR}, file{lf.overlay, os.O_RDONLY},
+		file{lf.image, os.O_RDONLY}, file{lf.tools, os.O_RDONLY},
+	)
+	if err != nil {
+		return nil, err
+	}
+	var vols []file
+	for _, v := range lf.volumes {
+		vols = append(vols, file{v, os.O_RDWR}, file{v, os.O_RDONLY})
+	}
+	volumes, err := open(vols...)
+	if err != nil {
+		return nil, err
+	}
+	files := append([]*os.File{sockets[0], lf.tap}, disks...)
 	files = append(files, sockets[1])
+	files = append(files, volumes...)
 	console := newTail()
 	cmd := exec.Command(b.cfg.QEMU, m.args()...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
-	// fds 3 on: qmpFd, tapFd, kernelFd, initrdFd, overlayFd, overlayROFd, imageFd, toolsFd, consoleFd
+	// fds 3 on: qmpFd, tapFd, kernelFd, initrdFd, overlayFd, overlayROFd,
+	// imageFd, toolsFd, consoleFd, then volumeFd(i) and the one after it
+	// for each volume.
 	cmd.ExtraFiles = files
 	// QEMU's own messages; the guest's come over the console socket.
 	cmd.Stdout, cmd.Stderr = console, console
@@ -130,7 +151,7 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	defer cancel()
 	go func() {
 		select {
-		case <-inst.done:
+		case <-inst.Done():
 			cancel()
 		case <-dialCtx.Done():
 		}
@@ -141,7 +162,7 @@ func (b *Backend) launch(ctx context.Context, ns *network.Namespace, m *machine,
 	inst.qmp, err = qmp.Dial(dialCtx, lf.qmp)
 	if err != nil {
 		select {
-		case <-inst.done:
+		case <-inst.Done():
 			err = errors.New(inst.Exit().Reason)
 		default:
 		}

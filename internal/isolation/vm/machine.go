@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm/vminit"
 )
 
 // machine is one VM as QEMU is asked to run it. Every file QEMU uses is
@@ -26,6 +27,8 @@ type machine struct {
 	// incoming: the guest's state comes from a snapshot
 	// (qmp.MigrateIncoming), not from booting the kernel.
 	incoming bool
+	// volumes is how many volume disks the VM has (volumeFd).
+	volumes int
 }
 
 // Descriptors QEMU inherits, as numbered in its process. QEMU opens a
@@ -49,6 +52,12 @@ const (
 	imageSet   = 2
 	toolsSet   = 3
 )
+
+// volumeFd is the read-write descriptor of the i-th volume's image, after
+// consoleFd; its read-only one follows (QEMU opens it both ways, as the
+// overlay). volumeSet is its fd set.
+func volumeFd(i int) int  { return consoleFd + 1 + 2*i }
+func volumeSet(i int) int { return toolsSet + 1 + i }
 
 func fdsetPath(set int) string { return "/dev/fdset/" + strconv.Itoa(set) }
 
@@ -84,11 +93,11 @@ func (m *machine) args() []string {
 	if m.accel == AccelKVM {
 		cpu, accel = "host", "kvm"
 	}
-	drive := func(id string, set int, format string, readonly bool, extra string) string {
+	drive := func(id string, set int, format, cache string, readonly bool, extra string) string {
 		// No image locking: QEMU opens its disks from descriptors the
 		// backend alone hands out, and its locks would refuse the write
 		// lock a cont takes back after a save (Instance.Snapshot).
-		s := fmt.Sprintf("if=none,id=%s,file=%s,format=%s,cache=unsafe,aio=threads,file.locking=off", id, fdsetPath(set), format)
+		s := fmt.Sprintf("if=none,id=%s,file=%s,format=%s,cache=%s,aio=threads,file.locking=off", id, fdsetPath(set), format, cache)
 		if readonly {
 			s += ",readonly=on"
 		}
@@ -120,9 +129,11 @@ func (m *machine) args() []string {
 		"-add-fd", fmt.Sprintf("fd=%d,set=%d", imageFd, imageSet),
 		"-add-fd", fmt.Sprintf("fd=%d,set=%d", toolsFd, toolsSet),
 		// The overlay names its backing file as /dev/fdset/<imageSet>.
-		"-drive", drive("root", overlaySet, "qcow2", false, throttling(m.diskIO)),
+		// The sandbox's own disks ignore the guest's flushes (unsafe):
+		// they end with it.
+		"-drive", drive("root", overlaySet, "qcow2", "unsafe", false, throttling(m.diskIO)),
 		"-device", "virtio-blk-device,drive=root",
-		"-drive", drive("tools", toolsSet, "raw", true, ""),
+		"-drive", drive("tools", toolsSet, "raw", "unsafe", true, ""),
 		"-device", "virtio-blk-device,drive=tools",
 		"-netdev", "tap,id=net0,fd=" + strconv.Itoa(tapFd) + ",vhost=off",
 		"-device", "virtio-net-device,netdev=net0,mac=" + m.mac,
@@ -135,6 +146,16 @@ func (m *machine) args() []string {
 		// Started stopped: the server confines the process (cgroup) and
 		// connects to the monitor before the guest runs.
 		"-S",
+	}
+	// Volumes outlive the VM: a flush in the guest is one on the host
+	// (writeback). vminit finds each by its serial.
+	for i := range m.volumes {
+		id := "volume" + strconv.Itoa(i)
+		args = append(args,
+			"-add-fd", fmt.Sprintf("fd=%d,set=%d", volumeFd(i), volumeSet(i)),
+			"-add-fd", fmt.Sprintf("fd=%d,set=%d", volumeFd(i)+1, volumeSet(i)),
+			"-drive", drive(id, volumeSet(i), "raw", "writeback", false, ""),
+			"-device", "virtio-blk-device,drive="+id+",serial="+vminit.VolumeSerial(i))
 	}
 	if m.incoming {
 		args = append(args, "-incoming", "defer")

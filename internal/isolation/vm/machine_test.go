@@ -11,7 +11,7 @@ import (
 
 func TestMachineArgs(t *testing.T) {
 	m := &machine{id: "sbx1", accel: AccelTCG, cpus: 2, memoryMB: 512, mac: "02:00:00:00:00:01", tbMB: 64,
-		diskIO: isolation.DiskIO{ReadBytesPerSec: 1000, WriteIOPS: 7}}
+		diskIO: isolation.DiskIO{ReadBytesPerSec: 1000, WriteIOPS: 7}, volumes: 2}
 	args := m.args()
 	joined := strings.Join(args, " ")
 	for _, want := range []string{
@@ -19,6 +19,11 @@ func TestMachineArgs(t *testing.T) {
 		"-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"throttling.bps-read=1000,throttling.iops-write=7",
 		"mac=02:00:00:00:00:01",
+		// Two volumes after the console's descriptor, flushed through.
+		"-add-fd fd=12,set=4 -add-fd fd=13,set=4 -drive if=none,id=volume0,file=/dev/fdset/4,format=raw,cache=writeback,",
+		"-device virtio-blk-device,drive=volume0,serial=asb-volume-0",
+		"-add-fd fd=14,set=5 -add-fd fd=15,set=5 -drive if=none,id=volume1,file=/dev/fdset/5,format=raw,cache=writeback,",
+		"-device virtio-blk-device,drive=volume1,serial=asb-volume-1",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("QEMU's arguments lack %q:\n%s", want, joined)

@@ -46,6 +46,10 @@ type snapshot struct {
 	MemoryMB int    `json:"memory_mb"`
 	DiskMB   int    `json:"disk_mb"`
 	Image    string `json:"image"`
+	// Volumes is how many volume disks the saved VM had: a memory
+	// snapshot's guest has them mounted, so it restores only with as
+	// many (the same volumes: the sandbox's own, paused to disk).
+	Volumes int `json:"volumes,omitempty"`
 }
 
 func (s *snapshot) memory() string { return filepath.Join(s.dir, "memory") }
@@ -118,6 +122,11 @@ func (inst *Instance) Snapshot(ctx context.Context, dir string, kind isolation.S
 			err = errors.Join(err, inst.qmp.Cont(context.WithoutCancel(ctx)))
 		}
 	}
+	inst.mu.Lock()
+	// What Stop leaves as it is (syncVolumes); a files snapshot ran the
+	// guest.
+	inst.memorySaved = paused && kind == isolation.MemorySnapshot && err == nil
+	inst.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("snapshotting sandbox %s: %w", inst.id, err)
 	}
@@ -161,6 +170,7 @@ func (inst *Instance) save(ctx context.Context, dir string, kind isolation.Snaps
 	snap := &snapshot{
 		dir: dir, Kind: kind, Token: token, MAC: inst.state.MAC, Image: image,
 		CPUCount: inst.state.CPUCount, MemoryMB: inst.state.MemoryMB, DiskMB: inst.state.DiskMB,
+		Volumes: inst.state.Volumes,
 	}
 	memPath := os.DevNull
 	flag := os.O_WRONLY
@@ -221,6 +231,9 @@ func (b *Backend) openSnapshot(p *plan, src isolation.SnapshotSource) (*snapshot
 	case src.Kind == isolation.MemorySnapshot && (snap.CPUCount != res.CPUCount || snap.MemoryMB != res.MemoryMB):
 		return nil, fmt.Errorf("the snapshot's VM has %d CPUs and %d MiB, the sandbox %d and %d: a memory snapshot restores only into its own shape",
 			snap.CPUCount, snap.MemoryMB, res.CPUCount, res.MemoryMB)
+	case src.Kind == isolation.MemorySnapshot && snap.Volumes != len(p.spec.Volumes):
+		return nil, fmt.Errorf("the snapshot's VM has %d volume disks, the sandbox %d: a guest restored from memory keeps the devices it was saved with",
+			snap.Volumes, len(p.spec.Volumes))
 	}
 	snap.Kind, snap.Token = src.Kind, src.EnvdAccessToken
 	return snap, nil
@@ -361,6 +374,7 @@ func (s *snapshots) get(key string) *snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if snap := s.made[key]; snap != nil {
+		markUsed(snap.dir)
 		return snap
 	}
 	snap, err := loadSnapshot(filepath.Join(s.dir, key))

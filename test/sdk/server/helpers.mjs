@@ -3,6 +3,7 @@
 // set them, plus SDK_TEST_*); these tests then use the SDK exactly like an
 // application: Sandbox.create() with the default template `base`.
 
+import assert from 'node:assert/strict'
 import { createHash } from 'node:crypto'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Sandbox } from 'e2b'
@@ -102,6 +103,60 @@ export async function waitFor(fn, { timeoutMs = 5_000, intervalMs = 100, what = 
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
     await sleep(intervalMs)
   }
+}
+
+/** The backend the runner started the server with ('jail' or 'vm'). */
+export const backend = process.env.SDK_TEST_BACKEND || 'jail'
+
+/** Where startMemoryServer listens in the sandbox. */
+export const MEMORY_PORT = 8123
+
+/**
+ * Starts, in sbx, a process whose state lives in its memory alone: a random
+ * secret made at its start and a count of the requests it answered, served
+ * on MEMORY_PORT as "<secret> <count>" (the count of that request). Nothing
+ * of it is on disk, so a sandbox that answers with the secret has this
+ * process's memory. The command is disconnected once it answers: the SDK
+ * would answer a stream a pause cuts with a health check, which wakes a
+ * sandbox with autoResume. Returns { pid, secret, count } after one request.
+ */
+export async function startMemoryServer(sbx) {
+  const prog = `import http.server, secrets
+s, n = secrets.token_hex(16), 0
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global n
+        n += 1
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(f"{s} {n}".encode())
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", ${MEMORY_PORT}), H).serve_forever()`
+  const handle = await sbx.commands.run(`python3 -c '${prog}'`, { background: true })
+  await handle.disconnect()
+  const { secret, count } = await readMemoryServer(sbx)
+  return { pid: handle.pid, secret, count }
+}
+
+/** One request to sbx's startMemoryServer, through its getHost URL: { secret, count }. */
+export async function readMemoryServer(sbx) {
+  const res = await fetchUntilOk(hostUrl(sbx, MEMORY_PORT))
+  const text = await res.text()
+  assert.equal(res.status, 200, `the memory server of ${sbx.sandboxId}: ${res.status} ${text}`)
+  const [secret, count] = text.split(' ')
+  return { secret, count: Number(count) }
+}
+
+/** Whether sbx runs the process startMemoryServer started (by its pid and command line). */
+export async function runsMemoryServer(sbx, pid) {
+  const procs = await sbx.commands.list()
+  return procs.some((p) => p.pid === pid && [p.cmd, ...p.args].join(' ').includes('secrets.token_hex'))
+}
+
+/** The sandbox's /proc/sys/kernel/random/boot_id: which boot of its kernel it runs in. */
+export async function bootId(sbx) {
+  return (await sbx.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
 }
 
 /** Reads a JSON body, failing with the raw text when it is not JSON. */

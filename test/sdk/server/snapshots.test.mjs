@@ -1,6 +1,7 @@
 // Snapshots through the SDK: createSnapshot (unnamed and named),
 // Sandbox.create(snapshotId) for several sandboxes that get the snapshot's
-// files and diverge, listSnapshots (by sandbox, by name, paginated) with
+// files (and, where its mode is full, the vm's, its processes and memory)
+// and diverge, listSnapshots (by sandbox, by name, paginated) with
 // IDs identical to createSnapshot's, and deleteSnapshot (refused while a
 // sandbox runs from it, true, then false).
 
@@ -8,7 +9,9 @@ import { after, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox, SandboxError, SandboxNotFoundError } from 'e2b'
 
-import { createSandbox, HOME, killCreated, runTag, RUN_META_KEY, track } from './helpers.mjs'
+import {
+  apiFetch, bootId, createSandbox, HOME, jsonBody, killCreated, readMemoryServer, runsMemoryServer, runTag, RUN_META_KEY, startMemoryServer, track,
+} from './helpers.mjs'
 
 const snapshots = new Set()
 after(async () => {
@@ -32,9 +35,11 @@ async function listAllSnapshots(opts) {
 }
 
 describe('snapshots', () => {
-  test('createSnapshot; two sandboxes from it have its files as they were, and diverge; the source runs on', { timeout: 180_000 }, async (t) => {
+  test('createSnapshot; two sandboxes from it have its files as they were, and what its mode says of its processes, and diverge; the source runs on', { timeout: 180_000 }, async (t) => {
     const { sbx } = await createSandbox({ timeoutMs: 120_000 })
     await sbx.commands.run(`mkdir -p ${HOME}/proj/src && echo 'print(1)' > ${HOME}/proj/src/main.py && echo v1 > ${HOME}/proj/VERSION`)
+    const mem = await startMemoryServer(sbx)
+    const sourceBoot = await bootId(sbx)
 
     let t0 = performance.now()
     const snap = await sbx.createSnapshot()
@@ -44,13 +49,27 @@ describe('snapshots', () => {
     assert.deepEqual(snap.names, [])
     assert.equal((await sbx.getInfo()).state, 'running')
     await sbx.files.write(`${HOME}/proj/VERSION`, 'v2')
+    // What the snapshot holds: the SDK does not show it; our listing does.
+    const listed = await jsonBody(await apiFetch(`/snapshots?sandboxID=${sbx.sandboxId}`))
+    const { mode } = listed.find((s) => s.snapshotID === snap.snapshotId)
+    assert.ok(mode === 'full' || mode === 'filesystem', `mode ${mode}`)
 
     const { sbx: a, ms } = await fromSnapshot(snap.snapshotId)
-    t.diagnostic(`create from snapshot ${ms.toFixed(0)} ms`)
+    t.diagnostic(`create from snapshot (${mode}) ${ms.toFixed(0)} ms`)
     const { sbx: b } = await fromSnapshot(snap.snapshotId)
     for (const s of [a, b]) {
       assert.equal((await s.commands.run(`python3 ${HOME}/proj/src/main.py`)).stdout, '1\n')
       assert.equal(await s.files.read(`${HOME}/proj/VERSION`), 'v1\n')
+      if (mode === 'full') {
+        // The source's server with its memory as at the snapshot, in each
+        // on its own: both answer the request after the source's last.
+        assert.equal(await runsMemoryServer(s, mem.pid), true, `a full snapshot lost the source’s server (pid ${mem.pid})`)
+        assert.deepEqual(await readMemoryServer(s), { secret: mem.secret, count: mem.count + 1 })
+        assert.equal(await bootId(s), sourceBoot, 'a full snapshot goes on in the source’s boot')
+      } else {
+        assert.equal(await runsMemoryServer(s, mem.pid), false, 'a filesystem snapshot runs the source’s processes')
+        assert.notEqual(await bootId(s), sourceBoot, 'a filesystem snapshot boots afresh')
+      }
     }
     await a.files.write(`${HOME}/proj/VERSION`, 'a')
     assert.equal(await b.files.read(`${HOME}/proj/VERSION`), 'v1\n')

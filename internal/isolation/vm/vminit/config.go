@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,14 @@ type Config struct {
 	Pids      int               // cap on tasks of envd and everything under it (cgroup pids.max)
 	// NoNewPrivs sets no_new_privs for envd and everything under it.
 	NoNewPrivs bool
+	// Volumes are where init mounts the volume disks, the i-th the disk
+	// with serial VolumeSerial(i): read-write, without devices or setuid.
+	Volumes []string `json:",omitempty"`
 }
+
+// VolumeSerial is the serial of the i-th volume disk (virtio-blk's, at
+// most 20 bytes), by which init finds it whatever its device's name.
+func VolumeSerial(i int) string { return "asb-volume-" + strconv.Itoa(i) }
 
 // Network is the guest's eth0.
 type Network struct {
@@ -34,7 +42,7 @@ type Network struct {
 // the VM's whole life; init answers each with the line Done (op and
 // nonce) or "vminit: <op> <nonce>: <error>" (serveRequests).
 type Request struct {
-	Op    string // OpIdentity, OpFreeze or OpThaw
+	Op    string // OpIdentity, OpFreeze, OpThaw or OpSync
 	Nonce string // names the answer
 	// Identity is OpIdentity's.
 	Identity *Identity `json:",omitempty"`
@@ -51,6 +59,10 @@ const (
 	// FreezeLimit, should the host never say so.
 	OpFreeze = "freeze"
 	OpThaw   = "thaw"
+	// OpSync writes back what the guest's file systems hold in its
+	// memory, so that a volume's disk has every write once the host
+	// stops the VM.
+	OpSync = "sync"
 )
 
 // FreezeLimit is the longest init keeps the root file system frozen.
@@ -76,7 +88,7 @@ func (r *Request) Validate() error {
 			return errors.New("identity: none given")
 		}
 		return r.Identity.Validate()
-	case OpFreeze, OpThaw:
+	case OpFreeze, OpThaw, OpSync:
 		return nil
 	}
 	return fmt.Errorf("unknown op %q", r.Op)
@@ -139,6 +151,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Pids < 0 {
 		return fmt.Errorf("pids cap %d is negative", c.Pids)
+	}
+	for _, v := range c.Volumes {
+		if !path.IsAbs(v) || path.Clean(v) != v || v == "/" {
+			return fmt.Errorf("volume mount point %q: not a clean absolute path below /", v)
+		}
 	}
 	if c.Network != nil {
 		return c.Network.validate()

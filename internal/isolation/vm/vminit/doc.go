@@ -8,11 +8,14 @@
 // with finit_module), waits for the disks, mounts the root disk (RootDisk,
 // read-write, nodev) and grows its ext4 to fill the disk online
 // (EXT4_IOC_RESIZE_FS), takes each of Config.Binaries from the tools disk
-// (ToolsDisk, read-only) as a detached mount, and moves the root disk over
-// the initramfs and chroots into it, as switch_root does. Inside it builds
+// (ToolsDisk, read-only) as a detached mount, mounts each volume's disk
+// (found by its serial, VolumeSerial; ext4, read-write, without devices
+// or setuid) and takes it the same way, and moves the root disk over the
+// initramfs and chroots into it, as switch_root does. Inside it builds
 // the same view as the jail's init (package guest: a minimal read-only
 // /dev with devpts and /dev/shm, envd and the tools read-only at their
-// guest paths, resolv.conf) plus /proc, a read-only /sys and cgroup2;
+// guest paths, the volumes at theirs, resolv.conf) plus /proc, a
+// read-only /sys and cgroup2;
 // sets the hostname; brings up lo and eth0 (vishvananda/netlink) and an
 // nftables DNAT from the host side's address to 127.0.0.1, so the host
 // reaches envd, which listens on the guest's loopback; sets
@@ -26,6 +29,13 @@
 // pipe. init itself stays unconfined, since the deny list refuses
 // reboot(2), which is how the VM ends; it is non-dumpable, so nothing in
 // the sandbox can reach it through /proc/1.
+//
+// While envd runs, init serves the host's Requests, one JSON line each on
+// its console: a VM restored from a memory snapshot takes its identity
+// (OpIdentity), the root file system is frozen and thawed around a copy
+// of its disk (OpFreeze, OpThaw), and every file system's cached writes
+// go to their disks before the host stops a VM whose volumes outlive it
+// (OpSync).
 //
 // init then reaps orphans until envd exits, prints
 //

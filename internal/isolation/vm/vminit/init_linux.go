@@ -84,10 +84,14 @@ func boot() (int, <-chan struct{}, error) {
 	if err != nil {
 		return 0, nil, err
 	}
+	volumes, err := mountVolumes(cfg)
+	if err != nil {
+		return 0, nil, err
+	}
 	if err := switchRoot(); err != nil {
 		return 0, nil, err
 	}
-	if err := buildRoot(cfg, trees); err != nil {
+	if err := buildRoot(cfg, trees, volumes); err != nil {
 		return 0, nil, err
 	}
 	if err := setupNetwork(cfg.Network); err != nil {

@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/guest"
 	"golang.org/x/sys/unix"
@@ -80,6 +83,83 @@ func mountDisks(cfg *Config) ([]binaryTree, error) {
 	return trees, nil
 }
 
+// volumesDir is where init mounts the volume disks in the initramfs.
+const volumesDir = "/volumes"
+
+// mountVolumes mounts each of cfg.Volumes' disks (found by serial) in the
+// initramfs, read-write without devices or setuid, and takes it as a
+// detached mount, to attach at its mount point once inside the new root
+// (buildRoot): a mount point made inside the new root is resolved there.
+func mountVolumes(cfg *Config) ([]int, error) {
+	if len(cfg.Volumes) == 0 {
+		return nil, nil
+	}
+	if err := os.Mkdir(volumesDir, 0o700); err != nil {
+		return nil, fmt.Errorf("making %s: %w", volumesDir, err)
+	}
+	var trees []int
+	for i, target := range cfg.Volumes {
+		dev, err := diskBySerial(VolumeSerial(i))
+		if err != nil {
+			closeAll(trees)
+			return nil, fmt.Errorf("finding the disk of the volume at %s: %w", target, err)
+		}
+		tree, err := takeVolume(dev, filepath.Join(volumesDir, strconv.Itoa(i)))
+		if err != nil {
+			closeAll(trees)
+			return nil, fmt.Errorf("mounting the volume at %s (%s): %w", target, dev, err)
+		}
+		trees = append(trees, tree)
+	}
+	return trees, nil
+}
+
+// takeVolume mounts the ext4 file system on dev at dir and returns it as
+// a detached mount, dir unmounted.
+func takeVolume(dev, dir string) (int, error) {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return -1, err
+	}
+	if err := unix.Mount(dev, dir, "ext4", unix.MS_NODEV|unix.MS_NOSUID, ""); err != nil {
+		return -1, err
+	}
+	tree, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if uerr := unix.Unmount(dir, unix.MNT_DETACH); err == nil && uerr != nil {
+		unix.Close(tree)
+		return -1, uerr
+	}
+	return tree, err
+}
+
+// diskBySerial waits for the virtio disk whose serial is serial and
+// returns its device node: the kernel probes the disks asynchronously, and
+// names them in the order it does.
+func diskBySerial(serial string) (string, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		names, err := filepath.Glob("/sys/block/vd*")
+		if err != nil {
+			return "", err
+		}
+		for _, n := range names {
+			if b, err := os.ReadFile(filepath.Join(n, "serial")); err == nil && strings.TrimSpace(string(b)) == serial {
+				dev := "/dev/" + filepath.Base(n)
+				return dev, waitFor(dev)
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no disk with serial %s among %v", serial, names)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
 // growExt4 grows the ext4 file system mounted at dir to fill dev: the
 // template's image is small, the disk is the sandbox's disk size.
 func growExt4(dir, dev string) error {
@@ -138,12 +218,13 @@ const roFlags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 
 // buildRoot mounts, inside the new root, what the jail's init mounts in
 // its own (/proc, a minimal read-only /dev with devpts and /dev/shm, a
-// read-only /sys, cgroup2 at /sys/fs/cgroup) and envd and the tools
-// read-only at their guest paths, and sets the hostname and resolver.
+// read-only /sys, cgroup2 at /sys/fs/cgroup), envd and the tools
+// read-only at their guest paths and the volumes (mountVolumes' trees) at
+// theirs, and sets the hostname and resolver.
 // Unlike the jail it masks nothing in /proc: the kernel there is the
 // sandbox's own, and root in it may use what it offers (sysrq-trigger
 // ends only this VM).
-func buildRoot(cfg *Config, trees []binaryTree) error {
+func buildRoot(cfg *Config, trees []binaryTree, volumes []int) error {
 	old := unix.Umask(0)
 	defer unix.Umask(old)
 	if err := guest.MountAt("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "", 0); err != nil {
@@ -168,6 +249,13 @@ func buildRoot(cfg *Config, trees []binaryTree) error {
 	for _, b := range trees {
 		err := guest.AttachBinary(b.tree, b.guest, 0)
 		unix.Close(b.tree)
+		if err != nil {
+			return err
+		}
+	}
+	for i, tree := range volumes {
+		err := guest.AttachVolume(tree, cfg.Volumes[i], 0)
+		unix.Close(tree)
 		if err != nil {
 			return err
 		}

@@ -43,6 +43,8 @@ func serveRequests() {
 			err = fr.freeze()
 		case OpThaw:
 			err = fr.thaw()
+		case OpSync:
+			unix.Sync()
 		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "vminit: %s %s: %v\n", r.Op, r.Nonce, err)
