@@ -139,6 +139,8 @@ func testEgress(t *testing.T, h *harness) {
 		})
 	})
 
+	t.Run("header rules", func(t *testing.T) { h.t = t; testHeaderRules(t, h) })
+
 	t.Run("allow_internet_access false", func(t *testing.T) {
 		h.t = t
 		off := false
