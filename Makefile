@@ -27,22 +27,24 @@ test: deps-test build test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery
 ## its table of attacks and their containment is printed (without -race: the
 ## harness is not what it tests, and it runs twice as long). test/recovery runs
 ## in test-recovery. test/egress and test/security run on each backend, as
-## subtests: TestEgress/jail and TestEgress/vm; TestAttacks/jail_userns_on,
-## .../jail_userns_off, and .../vm for the escape and resource cases (emulated
-## VMs: some two minutes each).
+## subtests: TestEgress/jail, .../vm and .../gvisor; TestAttacks/jail_userns_on,
+## .../jail_userns_off, and .../vm and .../gvisor for the escape and resource
+## cases (emulated VMs, gVisor's ptrace platform: some two to four minutes each).
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery)
 	$(GO) test -count=1 -timeout 30m -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
 
 ## seed_base links the complete base templates (those with a template.json)
 ## under data dir $(1) into data dir $(2), with hard links, so that a server
-## there does not build base again.
-define seed_base
-	@mkdir -p $(2)/templates/base
-	@for t in $(1)/templates/base/*/template.json; do \
+## there does not build base again; seed_template does the same for template
+## $(3).
+seed_base = $(call seed_template,$(1),$(2),base)
+define seed_template
+	@mkdir -p $(2)/templates/$(3)
+	@for t in $(1)/templates/$(3)/*/template.json; do \
 	  d=$${t%/template.json}; \
-	  [ -f "$$t" ] && [ ! -e $(2)/templates/base/$${d##*/} ] || continue; \
-	  echo "$@: linking template $$d"; cp -al "$$d" $(2)/templates/base/; \
+	  [ -f "$$t" ] && [ ! -e $(2)/templates/$(3)/$${d##*/} ] || continue; \
+	  echo "$@: linking template $$d"; cp -al "$$d" $(2)/templates/$(3)/; \
 	done
 endef
 
@@ -65,11 +67,14 @@ test-sdk-vm: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_VM_DATA_DIR))
 	SDK_TEST_BACKEND=vm AGENT_SANDBOX_TEST_VM_DATA_DIR=$(SDK_VM_DATA_DIR) node test/sdk/run.mjs server
 
-## test-sdk-gvisor: the same SDK core subset against `serve --backend gvisor`,
-## header routing only, on a data dir of its own seeded the same way.
+## test-sdk-gvisor: the same SDK core subset and the code interpreter file
+## against `serve --backend gvisor`, header routing only, on a data dir of its
+## own seeded the same way, and with the code-interpreter-v1 template test-sdk
+## built (run alone, the server builds it first).
 SDK_GVISOR_DATA_DIR ?= $(or $(AGENT_SANDBOX_TEST_GVISOR_DATA_DIR),/var/lib/agent-sandbox-sdk-test-gvisor)
 test-sdk-gvisor: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_GVISOR_DATA_DIR))
+	$(call seed_template,$(SDK_DATA_DIR),$(SDK_GVISOR_DATA_DIR),code-interpreter-v1)
 	SDK_TEST_BACKEND=gvisor AGENT_SANDBOX_TEST_GVISOR_DATA_DIR=$(SDK_GVISOR_DATA_DIR) node test/sdk/run.mjs server
 
 ## test-recovery: test/recovery, real servers: one killed with SIGKILL while
@@ -85,8 +90,9 @@ test-recovery:
 ## fails when the bench cannot measure, never on a figure. Its data dir is its
 ## own (two servers must not share a database), seeded with hard links to the
 ## base templates the SDK suite built, so it does not debootstrap again; only
-## complete templates (those with a template.json) are linked. The vm figures'
-## servers use $(BENCH_DATA_DIR)-vm, which the bench seeds from it the same way.
+## complete templates (those with a template.json) are linked. The vm and the
+## gvisor figures' servers use $(BENCH_DATA_DIR)-vm and -gvisor, which the
+## bench seeds from it the same way.
 ## --wait-host: run by hand beside other tests, a server start waits for the
 ## host's sandbox networking rather than failing the run (in CI nothing else
 ## holds it).

@@ -21,6 +21,7 @@ type Options struct {
 	Binary            string   // agent-sandbox to start; default: this executable
 	DataDir           string   // the own servers' data dir; default /var/lib/agent-sandbox-bench
 	VMDataDir         string   // the vm figures' servers' data dir; default DataDir-vm, seeded from DataDir's template
+	GvisorDataDir     string   // the gvisor figures' servers' data dir; default DataDir-gvisor, likewise
 	Listen            string   // the own servers' address; default a free loopback port
 	ServeArgs         []string // further flags for serve
 	StartTimeout      time.Duration
@@ -45,7 +46,7 @@ type Options struct {
 }
 
 // Groups are the groups of figures a run measures, for Options.Only.
-var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle", "vm"}
+var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle", "vm", "gvisor"}
 
 // runs reports whether the run measures group.
 func (o *Options) runs(group string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, group) }
@@ -68,6 +69,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.VMDataDir == "" {
 		o.VMDataDir = o.DataDir + "-vm"
+	}
+	if o.GvisorDataDir == "" {
+		o.GvisorDataDir = o.DataDir + "-gvisor"
 	}
 	if o.StartTimeout <= 0 {
 		o.StartTimeout = 15 * time.Minute // a first start builds the template
@@ -200,6 +204,8 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}},
 		}, append(neighbours(c, createName), group{"vm", func() ([]*Figure, error) {
 			return []*Figure{skipped("vm figures", "need servers of their own, with --backend vm (run without --server)")}, nil
+		}}, group{"gvisor", func() ([]*Figure, error) {
+			return []*Figure{skipped("gvisor figures", "need servers of their own, with --backend gvisor (run without --server)")}, nil
 		}})...)...)
 		if err != nil {
 			return nil, err
@@ -209,6 +215,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.Server = fmt.Sprintf("own: %s serve --data-dir %s (--warm-pool %s, then none)", opts.Binary, opts.DataDir, opts.Pool)
 		if opts.runs("vm") {
 			r.Server += fmt.Sprintf("; vm: --backend vm --data-dir %s (from snapshots without a pool, --warm-pool %s, then --vm-cold-boot)", opts.VMDataDir, opts.Pool)
+		}
+		if opts.runs("gvisor") {
+			r.Server += fmt.Sprintf("; gvisor: --backend gvisor --data-dir %s (without a pool, then --warm-pool %s)", opts.GvisorDataDir, opts.Pool)
 		}
 		jail := serverSpec{dataDir: opts.DataDir, pool: opts.Pool}
 		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") || opts.runs("lifecycle") {
@@ -236,6 +245,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			figs, err := measureVM(ctx, &opts)
 			if err != nil {
 				return nil, fmt.Errorf("vm figures: %w", err)
+			}
+			r.Figures = append(r.Figures, figs...)
+		}
+		if opts.runs("gvisor") {
+			figs, err := measureGvisor(ctx, &opts)
+			if err != nil {
+				return nil, fmt.Errorf("gvisor figures: %w", err)
 			}
 			r.Figures = append(r.Figures, figs...)
 		}

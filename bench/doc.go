@@ -8,7 +8,12 @@
 // snapshot, from the warm pool and by a cold boot, the round trip, the host
 // memory of idle VMs), each shown against the jail's figure of its kind;
 // the vm servers' debug logs say how many samples were restored or served
-// by the pool, and break the creates down into the server's steps.
+// by the pool, and break the creates down into the server's steps; and
+// for the gvisor backend (--backend gvisor: create without and with the
+// pool, the round trip, the host memory of idle sandboxes). A CPU-bound
+// and a syscall-bound micro-benchmark run inside sandboxes of each
+// backend, to show what gVisor's platform and emulation cost each kind
+// of code.
 // Baselines are measured in the same run on the
 // same host: the bare isolation floor (fork, new namespaces, exec of
 // /bin/true), bwrap and runsc where installed, the host running the same

@@ -151,7 +151,82 @@ func runTrue(ctx context.Context, sb *client.Sandbox, n int) (*Latency, error) {
 // bashInside runs `bash -l -c true` n times inside sb, as commands.run
 // does, and times each run from within the sandbox, without the API.
 func bashInside(ctx context.Context, sb *client.Sandbox, n int) (*Latency, error) {
-	script := fmt.Sprintf(`for i in $(seq %d); do s=$EPOCHREALTIME; bash -l -c true; e=$EPOCHREALTIME; echo $(( ${e/./} - ${s/./} )); done`, n)
+	return timings(ctx, sb, n, shellTimings(n, "bash -l -c true"))
+}
+
+// commandFigures measures in sb rounds commands.run('true') round trips
+// and inside runs of bash (the share of the round trip that is the
+// command itself), then the micro-benchmarks. prefix names the backend:
+// "" for the jail's figures, the others' baselines.
+func commandFigures(ctx context.Context, sb *client.Sandbox, rounds, inside int, prefix string) ([]*Figure, error) {
+	rt, err := runTrue(ctx, sb, rounds)
+	if err != nil {
+		return nil, fmt.Errorf("commands.run('true'): %w", err)
+	}
+	in, err := bashInside(ctx, sb, inside)
+	if err != nil {
+		return nil, fmt.Errorf("timing bash inside the sandbox: %w", err)
+	}
+	fb := latencyFigure(prefix+figSandboxBash, in)
+	fb.Note = "timed inside the sandbox around each run (bash's EPOCHREALTIME)"
+	fr := latencyFigure(prefix+figRoundTrip, rt)
+	if prefix == "" {
+		fr.Baseline, fr.target = figSandboxBash, p50At(2)
+	} else {
+		fb.Baseline, fr.Baseline = figSandboxBash, figRoundTrip
+	}
+	micro, err := microBenchmarks(ctx, sb, max(2, inside/20), prefix)
+	if err != nil {
+		return nil, err
+	}
+	return append([]*Figure{fb, fr}, micro...), nil
+}
+
+// The micro-benchmarks run inside sandboxes of each backend, to show what
+// a backend costs code that computes and code that calls the kernel.
+const (
+	figCPUBound     = "in sandbox: CPU-bound (a Python loop of 2M additions)"
+	figSyscallBound = "in sandbox: syscall-bound (dd, 20k one-byte reads and writes)"
+)
+
+// microBenchmarks times the CPU-bound loop (inside Python, without its
+// start) and the syscall-bound dd (with its start) n times each inside
+// sb. prefix names the backend ("" for the jail, whose figures are the
+// others' baselines).
+func microBenchmarks(ctx context.Context, sb *client.Sandbox, n int, prefix string) ([]*Figure, error) {
+	cpu := fmt.Sprintf(`python3 -c '
+import time
+for _ in range(%d):
+    t = time.perf_counter(); s = 0
+    for i in range(2_000_000): s += i
+    print(int((time.perf_counter() - t) * 1e6))'`, n)
+	var figs []*Figure
+	for _, m := range []struct{ name, script string }{
+		{figCPUBound, cpu},
+		{figSyscallBound, shellTimings(n, "dd if=/dev/zero of=/dev/null bs=1 count=20000 status=none")},
+	} {
+		l, err := timings(ctx, sb, n, m.script)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		f := latencyFigure(prefix+m.name, l)
+		if prefix != "" {
+			f.Baseline = m.name
+		}
+		figs = append(figs, f)
+	}
+	return figs, nil
+}
+
+// shellTimings is a script that runs the shell command cmd n times and
+// prints each run's time in µs, by bash's EPOCHREALTIME.
+func shellTimings(n int, cmd string) string {
+	return fmt.Sprintf("for i in $(seq %d); do s=$EPOCHREALTIME; %s; e=$EPOCHREALTIME; echo $(( ${e/./} - ${s/./} )); done", n, cmd)
+}
+
+// timings runs script in sb, which prints n times in µs, one per line:
+// times taken inside the sandbox, without the API.
+func timings(ctx context.Context, sb *client.Sandbox, n int, script string) (*Latency, error) {
 	var out bytes.Buffer
 	code, err := sb.Run(ctx, script, client.RunOptions{Stdout: &out})
 	if err == nil && code != 0 {
@@ -292,19 +367,11 @@ func measurePooled(ctx context.Context, opts *Options, c *client.Client, createN
 		return nil, err
 	}
 	defer sb.Kill(context.WithoutCancel(ctx))
-	rt, err := runTrue(ctx, sb, opts.scale(200, 10))
+	cmds, err := commandFigures(ctx, sb, opts.scale(200, 10), opts.scale(100, 10), "")
 	if err != nil {
-		return nil, fmt.Errorf("commands.run('true'): %w", err)
+		return nil, err
 	}
-	inside, err := bashInside(ctx, sb, opts.scale(100, 10))
-	if err != nil {
-		return nil, fmt.Errorf("timing bash inside the sandbox: %w", err)
-	}
-	fb := latencyFigure(figSandboxBash, inside)
-	fb.Note = "timed inside the sandbox around each run (bash's EPOCHREALTIME): the share of the round trip that is the command itself"
-	fr := latencyFigure(figRoundTrip, rt)
-	fr.Baseline, fr.target = figSandboxBash, p50At(2)
-	figs = append(figs, fb, fr)
+	figs = append(figs, cmds...)
 	for _, t := range []struct {
 		label     string
 		size, rep int

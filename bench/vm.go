@@ -15,12 +15,11 @@ import (
 // Names of the vm figures; each is shown against the jail's figure of the
 // same kind.
 const (
-	figVMSnapshot = "vm: create→ready from a memory snapshot, serial"
-	figVMPool     = "vm: create→ready, warm pool, serial"
-	figVMCold     = "vm: create→ready, cold boot, serial"
-	figVMBash     = "vm: in sandbox: bash -l -c true"
-	figVMRound    = "vm: commands.run('true') round trip"
-	figVMMemory   = "vm: host memory per idle VM"
+	vmPrefix      = "vm: "
+	figVMSnapshot = vmPrefix + "create→ready from a memory snapshot, serial"
+	figVMPool     = vmPrefix + "create→ready, warm pool, serial"
+	figVMCold     = vmPrefix + "create→ready, cold boot, serial"
+	figVMMemory   = vmPrefix + "host memory per idle VM"
 )
 
 // Messages of the vm servers' logs that the figures are checked against
@@ -47,7 +46,7 @@ const snapshotWait = 5 * time.Minute
 // round trip, the memory of idle VMs); with the warm pool; and with
 // --vm-cold-boot.
 func measureVM(ctx context.Context, opts *Options) ([]*Figure, error) {
-	if err := seedTemplate(ctx, opts); err != nil {
+	if err := seedTemplate(ctx, opts, opts.VMDataDir); err != nil {
 		return nil, err
 	}
 	// Each keeps its log, for a look at the steps after the run.
@@ -122,19 +121,11 @@ func measureVMSnapshot(ctx context.Context, opts *Options, s *server, c *client.
 	if err != nil {
 		return nil, 0, err
 	}
-	rt, err := runTrue(ctx, sb, opts.scale(100, 5))
+	cmds, err := commandFigures(ctx, sb, opts.scale(100, 5), opts.scale(50, 5), vmPrefix)
 	if err != nil {
-		return nil, 0, fmt.Errorf("commands.run('true'): %w", err)
+		return nil, 0, err
 	}
-	inside, err := bashInside(ctx, sb, opts.scale(50, 5))
-	if err != nil {
-		return nil, 0, fmt.Errorf("timing bash inside the VM: %w", err)
-	}
-	fb := latencyFigure(figVMBash, inside)
-	fb.Baseline = figSandboxBash
-	fb.Note = "timed inside the guest as in the jail, by the guest's clock (told the host TSC's rate, it keeps the host's time within a few per cent: see docs/PERFORMANCE.md)"
-	fr := latencyFigure(figVMRound, rt)
-	fr.Baseline = figRoundTrip
+	cmds[0].Note = "timed inside the guest as in the jail, by the guest's clock (told the host TSC's rate, it keeps the host's time within a few per cent: see docs/PERFORMANCE.md)"
 	if err := sb.Kill(ctx); err != nil {
 		return nil, 0, err
 	}
@@ -147,7 +138,7 @@ func measureVMSnapshot(ctx context.Context, opts *Options, s *server, c *client.
 	fm := &Figure{Name: figVMMemory, Unit: "MB", Value: per, N: count, Baseline: figIdleMemory, target: atMost(100, "MB"),
 		Note: fmt.Sprintf("host MemAvailable drop per VM over %d idle VMs of %d vCPUs and %d MiB restored from the snapshot (at most %d, or until %d MiB is used): the guest memory it touched and QEMU's own",
 			count, info.CPUCount, info.MemoryMB, opts.VMMaxIdle, opts.MemoryBudget>>20)}
-	return []*Figure{fs, fb, fr, fm}, sr.call.Quantile(0.5), nil
+	return append(append([]*Figure{fs}, cmds...), fm), sr.call.Quantile(0.5), nil
 }
 
 // measureVMPool measures serial creates from the warm pool, gap apart.
@@ -226,25 +217,26 @@ func awaitSnapshot(ctx context.Context, opts *Options, s *server, c *client.Clie
 }
 
 // seedTemplate hard-links the complete versions of the template (those
-// with a template.json) from DataDir into VMDataDir, as make bench-smoke
-// does, so that the vm servers make only its ext4 image.
-func seedTemplate(ctx context.Context, opts *Options) error {
+// with a template.json) from DataDir into dataDir, the data dir of
+// another backend's servers, as make bench-smoke does, so that they
+// build nothing (the vm servers make only its ext4 image).
+func seedTemplate(ctx context.Context, opts *Options, dataDir string) error {
 	metas, err := filepath.Glob(filepath.Join(opts.DataDir, "templates", opts.Template, "*", "template.json"))
 	if err != nil {
 		return err
 	}
-	to := filepath.Join(opts.VMDataDir, "templates", opts.Template)
+	to := filepath.Join(dataDir, "templates", opts.Template)
 	for _, meta := range metas {
 		version := filepath.Dir(meta)
 		if _, err := os.Lstat(filepath.Join(to, filepath.Base(version))); err == nil {
 			continue
 		}
 		if err := os.MkdirAll(to, 0o755); err != nil {
-			return fmt.Errorf("seeding the vm data dir: %w", err)
+			return fmt.Errorf("seeding %s: %w", dataDir, err)
 		}
-		opts.progress("vm: linking template %s into %s", version, to)
+		opts.progress("linking template %s into %s", version, to)
 		if out, err := exec.CommandContext(ctx, "cp", "-al", version, to+"/").CombinedOutput(); err != nil {
-			return fmt.Errorf("seeding the vm data dir: cp -al %s: %w: %s", version, err, strings.TrimSpace(string(out)))
+			return fmt.Errorf("seeding %s: cp -al %s: %w: %s", dataDir, version, err, strings.TrimSpace(string(out)))
 		}
 	}
 	return nil

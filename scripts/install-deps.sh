@@ -107,9 +107,10 @@ $test || exit 0
 
 # The code interpreter's tests run its Python side on the host's Debian
 # Python: a real ipykernel, and matplotlib, pandas and PIL for charts, data
-# and images. Under CI=true a test that lacks them fails (internal/testenv).
+# and images; its Java side on Debian's Java 17, as in the template. Under
+# CI=true a test that lacks them fails (internal/testenv).
 test_pkgs=()
-for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil; do
+for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil openjdk-17-jre-headless; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || test_pkgs+=("$p")
 done
 if [ ${#test_pkgs[@]} -gt 0 ]; then

@@ -26,7 +26,9 @@ type Sandboxes interface {
 	CreateSnapshot(ctx context.Context, id string, req sandbox.SnapshotRequest) (store.Snapshot, error)
 	ListSnapshots(ctx context.Context, q sandbox.SnapshotQuery) ([]store.Snapshot, string, error)
 	DeleteSnapshot(ctx context.Context, ref string) error
+	DeleteTemplate(ctx context.Context, name string, remove func(context.Context) error) error
 	Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error)
+	Logs(ctx context.Context, id string, q store.SandboxLogQuery) ([]store.SandboxLog, error)
 	UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
 }
@@ -140,6 +142,8 @@ func New(cfg Config) (*Handler, error) {
 // routes registers every endpoint; handlers live in one file per group.
 func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /health", h.health)
+	// The link the E2B CLI prints; a browser sends no API key.
+	h.mux.HandleFunc("GET /dashboard/inspect/sandbox/{id}", h.inspectSandbox)
 
 	h.mux.Handle("POST /sandboxes", h.auth(h.createV1))
 	h.mux.Handle("POST /v2/sandboxes", h.auth(h.createV2))
@@ -153,12 +157,14 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/refreshes", h.auth(h.refresh))
 	h.mux.Handle("POST /sandboxes/{id}/pause", h.auth(h.pause))
 	h.mux.Handle("GET /sandboxes/{id}/metrics", h.auth(h.metrics))
+	h.mux.Handle("GET /sandboxes/{id}/logs", h.auth(h.logsV1))
+	h.mux.Handle("GET /v2/sandboxes/{id}/logs", h.auth(h.logsV2))
 	h.mux.Handle("PUT /sandboxes/{id}/network", h.auth(h.updateNetwork))
 	h.mux.Handle("GET /sandboxes/{id}/network/audit", h.auth(h.egressAudit))
 	h.mux.Handle("POST /sandboxes/{id}/fork", h.auth(h.fork))
 	h.mux.Handle("POST /sandboxes/{id}/snapshots", h.auth(h.createSnapshot))
 	h.mux.Handle("GET /snapshots", h.auth(h.listSnapshots))
-	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteSnapshot))
+	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteTemplate))
 	if h.templates != nil {
 		h.templateRoutes()
 	}

@@ -36,6 +36,9 @@ type fakeSandboxes struct {
 	metrics []sandbox.Metric
 	// metricWindows records the Metrics windows asked for.
 	metricWindows [][2]time.Time
+	// logs is every sandbox's log; logQueries records the Logs queries.
+	logs       []store.SandboxLog
+	logQueries []store.SandboxLogQuery
 	// networkUpdates records UpdateNetwork calls; events is the audit trail.
 	networkUpdates []sandbox.NetworkUpdate
 	events         []egress.Event
@@ -48,6 +51,9 @@ type fakeSandboxes struct {
 	forks     [][2]int
 	snapshots []store.Snapshot
 	deleted   []string
+	// templateUsers, when set, is what DeleteTemplate finds running over
+	// a template (it then refuses, as the manager does).
+	templateUsers string
 }
 
 func newFake(sbs ...store.Sandbox) *fakeSandboxes {
@@ -182,6 +188,16 @@ func (f *fakeSandboxes) Pause(ctx context.Context, id string, keepMemory bool) e
 	return nil
 }
 
+func (f *fakeSandboxes) Logs(ctx context.Context, id string, q store.SandboxLogQuery) ([]store.SandboxLog, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.sbs[id]; !ok {
+		return nil, sandbox.ErrNotFound
+	}
+	f.logQueries = append(f.logQueries, q)
+	return f.logs, nil
+}
+
 func (f *fakeSandboxes) Metrics(ctx context.Context, id string, start, end time.Time) ([]sandbox.Metric, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -306,6 +322,16 @@ func (f *fakeSandboxes) ListSnapshots(ctx context.Context, q sandbox.SnapshotQue
 		next = strconv.Itoa(end)
 	}
 	return append([]store.Snapshot{}, all[start:end]...), next, nil
+}
+
+func (f *fakeSandboxes) DeleteTemplate(ctx context.Context, name string, remove func(context.Context) error) error {
+	f.mu.Lock()
+	users := f.templateUsers
+	f.mu.Unlock()
+	if users != "" {
+		return &testError{msg: fmt.Sprintf("cannot delete template '%s' because there are running or paused sandboxes using it (%s); kill them first", name, users), kind: sandbox.ErrInvalid}
+	}
+	return remove(ctx)
 }
 
 func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, ref string) error {

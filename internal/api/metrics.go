@@ -24,11 +24,11 @@ type metricView struct {
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	q := r.URL.Query()
-	start, ok := unixParam(w, q.Get("start"), "start")
+	start, ok := unixParam(w, q.Get("start"), "start", false)
 	if !ok {
 		return
 	}
-	end, ok := unixParam(w, q.Get("end"), "end")
+	end, ok := unixParam(w, q.Get("end"), "end", false)
 	if !ok {
 		return
 	}
@@ -70,16 +70,21 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// unixParam parses an optional unix-seconds query parameter; the zero time
-// means absent. It answers 400 itself and returns false on a bad value.
-func unixParam(w http.ResponseWriter, v, name string) (time.Time, bool) {
+// unixParam parses an optional query parameter, a unix time in seconds
+// or, with milli, in milliseconds; the zero time means absent. It answers
+// 400 itself and returns false on a bad value.
+func unixParam(w http.ResponseWriter, v, name string, milli bool) (time.Time, bool) {
 	if v == "" {
 		return time.Time{}, true
 	}
+	unit, t := "seconds", func(n int64) time.Time { return time.Unix(n, 0) }
+	if milli {
+		unit, t = "milliseconds", time.UnixMilli
+	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > 1<<40 {
-		writeError(w, http.StatusBadRequest, name+" must be a unix time in seconds, got "+strconv.Quote(v))
+	if err != nil || n < 0 || n > 1<<50 {
+		writeError(w, http.StatusBadRequest, name+" must be a unix time in "+unit+", got "+strconv.Quote(v))
 		return time.Time{}, false
 	}
-	return time.Unix(n, 0).UTC(), true
+	return t(n).UTC(), true
 }

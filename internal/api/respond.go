@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
 // internalMessage is all a client learns about a 500; the detail is logged.
@@ -36,10 +39,14 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 }
 
 // fail turns a manager error about sandbox id into an HTTP answer: not
-// found 404, conflict 409, invalid 400, limit 429, disk below the reserve
-// 507, anything else 500 with the detail only in the log.
+// found 404, conflict 409, invalid 400, limit 429, template being built
+// 503 with Retry-After, disk below the reserve 507, anything else 500
+// with the detail only in the log.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
 	status, msg := h.failure(r, id, err)
+	if building := (*template.BuildingError)(nil); errors.As(err, &building) {
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(math.Ceil(building.RetryAfter.Seconds())))))
+	}
 	writeError(w, status, msg)
 }
 
@@ -60,6 +67,8 @@ func (h *Handler) failure(r *http.Request, id string, err error) (int, string) {
 		return http.StatusBadRequest, err.Error()
 	case errors.Is(err, sandbox.ErrLimit):
 		return http.StatusTooManyRequests, err.Error()
+	case errors.Is(err, sandbox.ErrUnavailable):
+		return http.StatusServiceUnavailable, err.Error()
 	case errors.Is(err, sandbox.ErrNoSpace):
 		return http.StatusInsufficientStorage, err.Error()
 	case errors.Is(err, store.ErrInvalidToken):

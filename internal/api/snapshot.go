@@ -74,15 +74,3 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, out)
 }
-
-// deleteSnapshot implements DELETE /templates/{templateID} for snapshots
-// (the SDK's deleteSnapshot): the snapshot ID, percent-encoded in one
-// segment, whose tag is dropped: every tag of the name goes. 204, 404
-// when there is none, 400 while a sandbox runs from it.
-func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
-	if err := h.sandboxes.DeleteSnapshot(r.Context(), r.PathValue("templateID")); err != nil {
-		h.fail(w, r, "", err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
-}

@@ -33,6 +33,10 @@ type TemplateBuilder interface {
 	ContextArchive(h string) string
 	// Lookup finds a built template by name or ID.
 	Lookup(ref string) (*template.Template, error)
+	// List returns every built template version, by name, newest first.
+	List() ([]template.Template, error)
+	// Remove deletes every version of template ref.
+	Remove(ctx context.Context, ref string) ([]template.Template, error)
 }
 
 // TemplateRecords stores builds and tags; *store.Store implements it.
@@ -48,6 +52,9 @@ type TemplateRecords interface {
 	TemplateTags(ctx context.Context, template string) ([]store.TemplateTag, error)
 	AssignTemplateTags(ctx context.Context, template, from string, tags []string) (string, error)
 	RemoveTemplateTags(ctx context.Context, template string, tags []string) error
+	AllTemplateBuilds(ctx context.Context) ([]store.TemplateBuild, error)
+	TemplateSpawns(ctx context.Context) (map[string]store.TemplateSpawn, error)
+	DeleteTemplateBuilds(ctx context.Context, template string) error
 }
 
 var _ TemplateRecords = (*store.Store)(nil)
@@ -82,6 +89,13 @@ type TemplateConfig struct {
 	// (the template is a read-only layer under it): the most minFreeDiskMb
 	// a build may ask for.
 	SandboxDiskMB int
+	// Defaults are the cpuCount and memoryMB of a template that sets
+	// none (the server's), for the template list.
+	Defaults sandbox.Maxima
+	// BuiltIns, when set, returns the templates the server builds itself
+	// (built-in ones) that are being built or whose build failed, with
+	// that status, for the template list; nil: none.
+	BuiltIns func() map[string]store.BuildStatus
 }
 
 // TemplateBuilds runs the builds of the template build API in the
@@ -93,6 +107,8 @@ type TemplateBuilds struct {
 	maxContext int64
 	maxQueued  int
 	max        sandbox.Maxima
+	defaults   sandbox.Maxima
+	builtIns   func() map[string]store.BuildStatus
 	diskMB     int
 	log        *slog.Logger
 	now        func() time.Time
@@ -117,7 +133,7 @@ func NewTemplateBuilds(ctx context.Context, cfg TemplateConfig) (*TemplateBuilds
 	t := &TemplateBuilds{
 		builder: cfg.Builder, records: cfg.Records,
 		maxContext: cfg.MaxContextBytes, maxQueued: cfg.MaxQueuedBuilds,
-		max: cfg.Max, diskMB: cfg.SandboxDiskMB,
+		max: cfg.Max, defaults: cfg.Defaults, builtIns: cfg.BuiltIns, diskMB: cfg.SandboxDiskMB,
 		log: cfg.Log, now: cfg.Now,
 		slot: make(chan struct{}, 1), runs: map[string]*buildRun{}, uploads: map[string]pendingUpload{},
 	}
@@ -160,6 +176,7 @@ func (t *TemplateBuilds) Close() error {
 
 // templateRoutes registers the template build API.
 func (h *Handler) templateRoutes() {
+	h.mux.Handle("GET /templates", h.auth(h.listTemplates))
 	h.mux.Handle("POST /v3/templates", h.auth(h.requestTemplateBuild))
 	h.mux.Handle("GET /templates/{templateID}/files/{hash}", h.auth(h.templateFileLink))
 	// The upload carries the token the link gave out, not an API key.

@@ -27,6 +27,10 @@ const (
 
 // buildRun is a triggered build that has not finished: its log so far.
 type buildRun struct {
+	// template is the template built, from the template it starts from
+	// (a name or a version ID, as the spec has it).
+	template, from string
+
 	mu      sync.Mutex // guards logs and dropped
 	logs    []store.BuildLogEntry
 	dropped int
@@ -140,7 +144,7 @@ func (t *TemplateBuilds) start(ctx context.Context, b store.TemplateBuild, spec 
 	if err := t.records.StartTemplateBuild(ctx, b.Template, b.ID); err != nil {
 		return err
 	}
-	run := &buildRun{}
+	run := &buildRun{template: b.Template, from: spec.From}
 	t.runs[b.ID] = run
 	t.contexts.hold(spec)
 	t.wg.Add(1)
@@ -203,6 +207,16 @@ func buildReason(err error, stopping bool) store.BuildReason {
 	if errors.As(err, &se) {
 		return store.BuildReason{Message: se.Error(), Step: strconv.Itoa(se.Step), LogTail: se.LogTail}
 	}
+	// E2B's step name, which the SDK maps to the setStartCmd or
+	// setReadyCmd call in the BuildError's stack.
+	var ready *template.ReadyError
+	if errors.As(err, &ready) {
+		msg := ready.Error()
+		if ready.Timeout > 0 {
+			msg += "\n(the server's limit for a build's ready command: serve --build-ready-timeout)"
+		}
+		return store.BuildReason{Message: msg, Step: template.FinalizeStep, LogTail: ready.LogTail}
+	}
 	// The registry client's text around it repeats the refusal per URL
 	// scheme it tried.
 	var re *fetch.RefusedError
@@ -230,7 +244,7 @@ func (h *buildLogHandler) Enabled(ctx context.Context, l slog.Level) bool {
 // Handle implements slog.Handler.
 func (h *buildLogHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if rec.Level >= slog.LevelInfo {
-		e := store.BuildLogEntry{Time: rec.Time, Level: levelName(rec.Level), Message: rec.Message}
+		e := store.BuildLogEntry{Time: rec.Time, Level: store.LevelName(rec.Level), Message: rec.Message}
 		if e.Time.IsZero() {
 			e.Time = h.now()
 		}
@@ -274,18 +288,6 @@ func (h *buildLogHandler) WithGroup(name string) slog.Handler {
 	c := *h
 	c.next = h.next.WithGroup(name)
 	return &c
-}
-
-func levelName(l slog.Level) string {
-	switch {
-	case l >= slog.LevelError:
-		return "error"
-	case l >= slog.LevelWarn:
-		return "warn"
-	case l >= slog.LevelInfo:
-		return "info"
-	}
-	return "debug"
 }
 
 // logEntryView is BuildLogEntry.

@@ -47,7 +47,7 @@ const (
 var baseImages = map[string]bool{"e2bdev/base": true, "e2bdev/base:latest": true}
 
 // waitForPortRE matches the ready command the SDK's waitForPort(port)
-// produces, the one ready check this server implements.
+// produces.
 var waitForPortRE = regexp.MustCompile(`^\[ -n "\$\(ss -Htuln sport = :([0-9]{1,5})\)" \]$`)
 
 // specError is a build request the server cannot build; its message is
@@ -116,11 +116,17 @@ func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildB
 		spec.StartCmd = *body.StartCmd
 	}
 	if body.ReadyCmd != nil && *body.ReadyCmd != "" {
-		m := waitForPortRE.FindStringSubmatch(*body.ReadyCmd)
-		if m == nil {
-			return template.Spec{}, specErrorf("readyCmd %q: only waitForPort(port) is supported", *body.ReadyCmd)
+		if len(*body.ReadyCmd) > maxArgSize || len(spec.StartCmd) > maxArgSize {
+			return template.Spec{}, specErrorf("startCmd or readyCmd: longer than %d bytes", maxArgSize)
 		}
-		spec.ReadyPort, _ = strconv.Atoi(m[1])
+		// waitForPort(p) with a start command becomes a ready port: the
+		// server dials it, which needs no ss(8) in the image. Any other
+		// ready command runs as it is, polled at build and at create.
+		if m := waitForPortRE.FindStringSubmatch(*body.ReadyCmd); m != nil && spec.StartCmd != "" {
+			spec.ReadyPort, _ = strconv.Atoi(m[1])
+		} else {
+			spec.ReadyCmd = *body.ReadyCmd
+		}
 	}
 	if err := spec.Validate(); err != nil {
 		return template.Spec{}, &specError{err.Error()}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,28 @@ func (f *fakeBuilder) Build(ctx context.Context, spec template.Spec, log *slog.L
 
 func (f *fakeBuilder) ContextArchive(h string) string { return filepath.Join(f.dir, h+".tar") }
 
+func (f *fakeBuilder) List() ([]template.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []template.Template
+	for _, t := range f.built {
+		out = append(out, *t)
+	}
+	slices.SortFunc(out, func(a, b template.Template) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+func (f *fakeBuilder) Remove(_ context.Context, ref string) ([]template.Template, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.built[ref]
+	if !ok {
+		return nil, template.ErrNotFound
+	}
+	delete(f.built, ref)
+	return []template.Template{*t}, nil
+}
+
 func (f *fakeBuilder) Lookup(ref string) (*template.Template, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -77,7 +100,7 @@ func newTemplateAPI(t testing.TB, f *fakeBuilder) *Handler {
 	}
 	f.dir, f.built = t.TempDir(), map[string]*template.Template{}
 	tb, err := NewTemplateBuilds(context.Background(), TemplateConfig{Builder: f, Records: st, MaxContextBytes: 1 << 20,
-		Max: sandbox.Maxima{CPUCount: 4, MemoryMB: 4096}, SandboxDiskMB: 1024})
+		Max: sandbox.Maxima{CPUCount: 4, MemoryMB: 4096}, SandboxDiskMB: 1024, Defaults: sandbox.Maxima{CPUCount: 2, MemoryMB: 512}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,6 +303,157 @@ func TestTemplateBuildStepFailure(t *testing.T) {
 	}
 }
 
+// Every ready command the Template SDK can express reaches the builder:
+// waitForPort with a start command as a port the server dials, anything
+// else as a command polled at build and at create.
+func TestTemplateReadyCmd(t *testing.T) {
+	for _, c := range []struct {
+		name, start, ready string
+		port               int
+		cmd                string
+	}{
+		{"waitForPort", "python3 -m http.server 8000", `[ -n \"$(ss -Htuln sport = :8000)\" ]`, 8000, ""},
+		{"waitForPort without a start command", "", `[ -n \"$(ss -Htuln sport = :8000)\" ]`, 0, `[ -n "$(ss -Htuln sport = :8000)" ]`},
+		{"waitForURL", "srv", `curl -s -o /dev/null -w \"%{http_code}\" http://localhost:3000/health | grep -q \"200\"`, 0,
+			`curl -s -o /dev/null -w "%{http_code}" http://localhost:3000/health | grep -q "200"`},
+		{"waitForFile", "srv", `[ -f /tmp/ready ]`, 0, `[ -f /tmp/ready ]`},
+		{"waitForProcess", "srv", `pgrep nginx > /dev/null`, 0, `pgrep nginx > /dev/null`},
+		{"waitForTimeout", "", `sleep 3`, 0, `sleep 3`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &fakeBuilder{}
+			h := newTemplateAPI(t, f)
+			var req templateView
+			call(t, h, "POST", "/v3/templates", `{"name":"ready"}`, nil, &req)
+			body := `{"fromTemplate":"base","startCmd":"` + c.start + `","readyCmd":"` + c.ready + `"}`
+			if code := call(t, h, "POST", "/v2/templates/ready/builds/"+req.BuildID, body, nil, nil); code != 202 {
+				t.Fatalf("trigger: %d", code)
+			}
+			waitBuild(t, h, "ready", req.BuildID)
+			if len(f.specs) != 1 || f.specs[0].StartCmd != c.start || f.specs[0].ReadyPort != c.port || f.specs[0].ReadyCmd != c.cmd {
+				t.Errorf("specs %+v\nwant start %q, ready port %d, ready command %q", f.specs, c.start, c.port, c.cmd)
+			}
+		})
+	}
+}
+
+// A ready command that does not succeed fails the build at E2B's step
+// "finalize", naming the command and the server's limit.
+func TestTemplateBuildNotReady(t *testing.T) {
+	f := &fakeBuilder{fail: fmt.Errorf("building template x: %w", &template.ReadyError{
+		StartCmd: "srv", ReadyCmd: "false", Timeout: 30 * time.Second, ReadyExit: 1, LogTail: []string{"listening"}})}
+	h := newTemplateAPI(t, f)
+	var req templateView
+	call(t, h, "POST", "/v3/templates", `{"name":"slow"}`, nil, &req)
+	if code := call(t, h, "POST", "/v2/templates/slow/builds/"+req.BuildID, `{"fromTemplate":"base","startCmd":"srv","readyCmd":"false"}`, nil, nil); code != 202 {
+		t.Fatalf("trigger: %d", code)
+	}
+	st := waitBuild(t, h, "slow", req.BuildID)
+	want := `ready command "false" did not succeed within 30s (its last run exited with code 1); last output:` + "\n  listening\n" +
+		"(the server's limit for a build's ready command: serve --build-ready-timeout)"
+	if st.Status != "error" || st.Reason == nil || st.Reason.Step != "finalize" || st.Reason.Message != want ||
+		len(st.Reason.LogEntries) != 1 || st.Reason.LogEntries[0].Step != "finalize" {
+		t.Errorf("status %s, reason %+v\nwant step finalize and message %q", st.Status, st.Reason, want)
+	}
+}
+
+// GET /templates lists every template in E2B's shape, DELETE
+// /templates/{id} deletes one (by name or name:tag) once nothing runs
+// over it.
+func TestTemplateListAndDelete(t *testing.T) {
+	f := &fakeBuilder{}
+	h := newTemplateAPI(t, f)
+	builtAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	f.built["base"] = &template.Template{Name: "base", ID: "base-0123456789ab", BuiltAt: builtAt}
+	build := func(name, body string) string {
+		var req templateView
+		call(t, h, "POST", "/v3/templates", body, nil, &req)
+		if code := call(t, h, "POST", "/v2/templates/"+name+"/builds/"+req.BuildID, `{"fromTemplate":"base"}`, nil, nil); code != 202 {
+			t.Fatalf("trigger %s: %d", name, code)
+		}
+		waitBuild(t, h, name, req.BuildID)
+		return req.BuildID
+	}
+	demoBuild := build("demo", `{"name":"demo","cpuCount":1,"memoryMB":768}`)
+	build("other", `{"name":"other"}`)
+
+	var list []templateListItem
+	if code := call(t, h, "GET", "/templates?teamID=x", "", nil, &list); code != 200 {
+		t.Fatalf("list: %d", code)
+	}
+	var got []string
+	for _, it := range list {
+		got = append(got, fmt.Sprintf("%s %s %s %d cpu=%d mem=%d disk=%d envd=%s builds=%d", it.TemplateID, it.BuildID, it.BuildStatus,
+			len(it.Aliases), it.CPUCount, it.MemoryMB, it.DiskSizeMB, it.EnvdVersion, it.BuildCount))
+	}
+	want := []string{
+		"base base-0123456789ab ready 1 cpu=2 mem=512 disk=1024 envd=0.6.4 builds=1",
+		"demo " + demoBuild + " ready 1 cpu=1 mem=768 disk=1024 envd=0.6.4 builds=1",
+	}
+	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || !strings.HasPrefix(got[2], "other ") {
+		t.Errorf("list:\n%s\nwant base and demo as\n%s\nthen other", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The fields the CLI prints and E2B's schema requires are there.
+	var raw []map[string]any
+	call(t, h, "GET", "/templates", "", nil, &raw)
+	for _, key := range []string{"templateID", "buildID", "buildStatus", "buildCount", "cpuCount", "memoryMB", "diskSizeMB", "envdVersion",
+		"public", "aliases", "names", "createdBy", "createdAt", "updatedAt", "lastSpawnedAt", "spawnCount"} {
+		if _, ok := raw[0][key]; !ok {
+			t.Errorf("list item lacks %s: %v", key, raw[0])
+		}
+	}
+
+	// Built-in templates the server builds itself are listed while they
+	// build (over an older version too) and when the build failed.
+	h.templates.builtIns = func() map[string]store.BuildStatus {
+		return map[string]store.BuildStatus{"base": store.BuildBuilding, "desktop": store.BuildBuilding, "browser": store.BuildError}
+	}
+	call(t, h, "GET", "/templates", "", nil, &list)
+	got = got[:0]
+	for _, it := range list {
+		got = append(got, it.TemplateID+" "+it.BuildStatus+" "+it.BuildID)
+	}
+	if want := "base building base-0123456789ab,browser error ,demo ready " + demoBuild + ",desktop building ,other ready "; !strings.HasPrefix(strings.Join(got, ","), want) {
+		t.Errorf("list with built-ins building:\n%s\nwant it to start\n%s", strings.Join(got, ","), want)
+	}
+	h.templates.builtIns = nil
+
+	fake := h.sandboxes.(*fakeSandboxes)
+	fake.templateUsers = "i1"
+	var e errorBody
+	if code := call(t, h, "DELETE", "/templates/demo", "", nil, &e); code != 400 || !strings.Contains(e.Message, "running or paused sandboxes using it (i1)") {
+		t.Errorf("delete while in use: %d %+v", code, e)
+	}
+	fake.templateUsers = ""
+	if code := call(t, h, "DELETE", "/templates/demo%3Adefault", "", nil, nil); code != 204 {
+		t.Fatalf("delete demo:default: %d", code)
+	}
+	if _, ok := f.built["demo"]; ok {
+		t.Error("demo's files are still in the cache")
+	}
+	if code := call(t, h, "GET", "/templates/demo/tags", "", nil, nil); code != 404 {
+		t.Errorf("tags of the deleted template: %d, want 404", code)
+	}
+	call(t, h, "GET", "/templates", "", nil, &list)
+	if len(list) != 2 || list[1].TemplateID != "other" {
+		t.Errorf("list after the delete: %+v", list)
+	}
+	for _, c := range []struct {
+		path    string
+		status  int
+		message string
+	}{
+		{"/templates/demo", 404, "template 'demo' not found"},
+		{"/templates/base", 400, "template 'base' is built in"},
+		{"/templates/No%20Such", 404, "snapshot 'No Such' not found"},
+	} {
+		e = errorBody{}
+		if code := call(t, h, "DELETE", c.path, "", nil, &e); code != c.status || !strings.Contains(e.Message, c.message) {
+			t.Errorf("DELETE %s: %d %+v, want %d with %q", c.path, code, e, c.status, c.message)
+		}
+	}
+}
+
 // TestTemplateBuildRefusedPull: a pull the fetch rules refused fails the
 // build with the refusal alone, not the registry client's text around it.
 func TestTemplateBuildRefusedPull(t *testing.T) {
@@ -345,7 +519,7 @@ func TestTemplateAPIValidation(t *testing.T) {
 		{"copy bad hash", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/a"],"filesHash":"xyz"}]}`, nil, 400, "filesHash"},
 		{"copy mode", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["a","/a","","0755"],"filesHash":"` + testHash + `"}]}`, nil, 400, "mode 0755"},
 		{"copy escapes", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["../a","/a"],"filesHash":"` + testHash + `"}]}`, nil, 400, "outside the build context"},
-		{"ready cmd", "POST", trigger, `{"fromTemplate":"base","startCmd":"x","readyCmd":"sleep 20"}`, nil, 400, "only waitForPort"},
+		{"long ready cmd", "POST", trigger, `{"fromTemplate":"base","startCmd":"x","readyCmd":"` + strings.Repeat("x", 70000) + `"}`, nil, 400, "longer than 65536 bytes"},
 		{"from itself", "POST", trigger, `{"fromTemplate":"ok"}`, nil, 400, "is not another template's name"},
 		{"bad offset", "GET", "/templates/ok/builds/" + req.BuildID + "/status?logsOffset=-1", "", nil, 400, "logsOffset"},
 		{"unknown build status", "GET", "/templates/ok/builds/nope/status", "", nil, 404, `build "nope"`},

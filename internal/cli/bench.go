@@ -42,6 +42,7 @@ host. The table goes to stdout, progress to stderr.`,
 		fs.StringVar(&opts.Binary, "binary", "", "agent-sandbox `BINARY` to start servers from (default: this one)")
 		fs.StringVar(&opts.DataDir, "data-dir", "/var/lib/agent-sandbox-bench", "data `DIR` of the servers it starts")
 		fs.StringVar(&opts.VMDataDir, "vm-data-dir", "", "data `DIR` of the vm servers it starts (default: --data-dir with -vm appended)")
+		fs.StringVar(&opts.GvisorDataDir, "gvisor-data-dir", "", "data `DIR` of the gvisor servers it starts (default: --data-dir with -gvisor appended)")
 		fs.StringVar(&opts.Listen, "listen", "", "`ADDR` of the servers it starts (default: a free loopback port)")
 		fs.BoolVar(&opts.WaitHost, "wait-host", false, "when another server or a networking test holds the host's sandbox networking, wait for it before each server start instead of failing")
 		fs.StringVar(&opts.Template, "template", "base", "`TEMPLATE` to create sandboxes from")

@@ -35,7 +35,10 @@ var serveCommand = &command{
 for sandbox traffic, on one listener. On first start it builds the base
 template (a few minutes; progress is shown) and creates an API key, then
 prints the environment variables that point the E2B SDKs at it. GET /health
-answers 204 once sandboxes can be created.
+answers 204 once sandboxes can be created. The other built-in templates
+(code-interpreter-v1, desktop, browser) are built in the background, on
+first use or as --templates says: until one is built, its creates are
+answered 503 with the build's progress and Retry-After.
 
 Sandbox traffic is routed by host (<port>-<sandboxID>.<domain>) or by the
 E2b-Sandbox-Id and E2b-Sandbox-Port headers (with E2B_SANDBOX_URL).
@@ -113,7 +116,7 @@ Environment:
 			return nil
 		})
 		var templates list
-		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build before serving, besides base (comma-separated: code-interpreter-v1, desktop, browser)")
+		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build in the background once the server is up, besides base (comma-separated: code-interpreter-v1, desktop, browser); the others are built on first use")
 		debug := fs.Bool("debug", false, "log at debug level")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) > 0 {
@@ -205,6 +208,7 @@ func addBuildFlags(fs *flag.FlagSet, cfg *server.Config) {
 	fs.StringVar(&cfg.BuildEgressPolicy, "build-egress-policy", "", "JSON `FILE` with the egress ceiling of template build steps, as for --egress-policy; default: the package registries (the --mirror is always allowed)")
 	fs.DurationVar(&cfg.BuildStepTimeout, "build-step-timeout", cfg.BuildStepTimeout, "longest a template build step (RUN, package install) may run, as a `DURATION`; 0 = no bound")
 	fs.DurationVar(&cfg.BuildTimeout, "build-timeout", cfg.BuildTimeout, "longest one template's build may take, as a `DURATION`; 0 = no bound")
+	fs.DurationVar(&cfg.BuildReadyTimeout, "build-ready-timeout", cfg.BuildReadyTimeout, "longest a build waits for its template's ready command (the Template SDK's setReadyCmd, waitFor*) to succeed, as a `DURATION`")
 	fs.IntVar(&cfg.BuildMemoryMB, "build-memory-mb", cfg.BuildMemoryMB, "memory limit of each template build step's sandbox, in `MB`")
 	fs.IntVar(&cfg.BuildDiskMB, "build-disk-mb", cfg.BuildDiskMB, "disk size of each template build step's sandbox, in `MB`: the most one step may write")
 }

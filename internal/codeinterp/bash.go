@@ -41,15 +41,7 @@ func BashFactory(shell string) Factory {
 // loop in bash itself, say) gets its shell killed: the runtime reports
 // itself dead and the server starts a fresh one, losing the shell's state.
 type BashRuntime struct {
-	cmd    *exec.Cmd
-	cells  *os.File // bash's fd 3
-	pipes  []*os.File
-	in     *inbox
-	prefix string
-	exited chan struct{} // closed when bash has exited
-	// waitErr is how bash exited; read it after exited is closed.
-	waitErr   error
-	closeOnce sync.Once
+	*interpreter
 
 	mu    sync.Mutex // serializes executions; guards count and seq
 	count int
@@ -82,22 +74,11 @@ func StartBash(ctx context.Context, shell, cwd string) (*BashRuntime, error) {
 	cmd := exec.Command(shell, "--noprofile", "--norc", "-c", fmt.Sprintf(bashLoop, token))
 	cmd.Dir = cwd
 	cmd.Env = os.Environ()
-	prepareCmd(cmd)
-
-	p, err := startWithPipes(cmd, 1)
+	i, err := startInterpreter("bash", cmd, prefix, false)
 	if err != nil {
-		return nil, fmt.Errorf("starting bash: %w", err)
+		return nil, err
 	}
-	b := &BashRuntime{
-		cmd: cmd, cells: p.extra[0], pipes: []*os.File{p.stdout, p.stderr},
-		in: newInbox(), prefix: prefix, exited: make(chan struct{}),
-	}
-	go readMarked(p.stdout, Stdout, prefix, b.in)
-	go readMarked(p.stderr, Stderr, prefix, b.in)
-	go func() {
-		b.waitErr = cmd.Wait()
-		close(b.exited)
-	}()
+	b := &BashRuntime{interpreter: i}
 	// Prove the shell works before handing it out.
 	if _, err := b.run(ctx, ":", nil); err != nil {
 		b.Close()
@@ -155,19 +136,6 @@ func (b *BashRuntime) SetEnv(ctx context.Context, vars map[string]string) (func(
 	}, nil
 }
 
-// Close implements Runtime: it kills bash and everything it started.
-func (b *BashRuntime) Close() error {
-	b.closeOnce.Do(func() {
-		_ = b.cells.Close()
-		killGroup(b.cmd.Process.Pid)
-		<-b.exited
-		for _, f := range b.pipes {
-			_ = f.Close()
-		}
-	})
-	return nil
-}
-
 // run sends one cell and passes its output to emit (nil: discard) until
 // both markers arrive, returning the cell's exit status. b.mu is held.
 func (b *BashRuntime) run(ctx context.Context, code string, emit func(Output)) (int, error) {
@@ -175,7 +143,7 @@ func (b *BashRuntime) run(ctx context.Context, code string, emit func(Output)) (
 	id := strconv.Itoa(b.seq)
 	b.in.take() // output from between executions belongs to none
 	code = strings.ReplaceAll(code, "\x00", "")
-	if _, err := b.cells.Write([]byte(id + "\x00" + code + "\n\x00")); err != nil {
+	if _, err := b.input.Write([]byte(id + "\x00" + code + "\n\x00")); err != nil {
 		return 0, fmt.Errorf("sending the cell to bash: %w", b.exitErr(err))
 	}
 
@@ -220,7 +188,7 @@ func (b *BashRuntime) run(ctx context.Context, code string, emit func(Output)) (
 		case <-round:
 			b.interrupt(signalled)
 		case <-giveUp:
-			killGroup(b.cmd.Process.Pid)
+			b.kill()
 			return 0, errors.New("bash did not stop after an interrupt and was killed")
 		}
 	}
@@ -237,16 +205,6 @@ func (b *BashRuntime) interrupt(signalled map[int]bool) {
 		}
 		signalled[pid] = true
 		signalPID(pid, syscall.SIGINT)
-	}
-}
-
-// exitErr describes why talking to bash failed, preferring how it exited.
-func (b *BashRuntime) exitErr(err error) error {
-	select {
-	case <-b.exited:
-		return fmt.Errorf("bash exited: %v", b.waitErr)
-	default:
-		return err
 	}
 }
 

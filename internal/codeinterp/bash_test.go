@@ -7,15 +7,9 @@ import (
 	"time"
 )
 
-func startBash(t *testing.T, cwd string) *BashRuntime {
+func startBash(t *testing.T, cwd string) Runtime {
 	t.Helper()
-	requireBinary(t, "bash")
-	rt, err := StartBash(context.Background(), "", cwd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	return rt
+	return startRuntime(t, "bash", BashFactory(""), cwd)
 }
 
 func TestBashState(t *testing.T) {

@@ -4,11 +4,18 @@
 // lines) and /contexts.
 //
 // A context is one stateful interpreter of one language, a Runtime, made by
-// the Factory registered for its language. The package brings two runtimes
-// of its own: JavaScript (a persistent Node.js process running the embedded
-// node/kernel.js; TypeScript runs on it unchanged) and bash (a persistent
-// bash process). The Python runtime lives elsewhere and is plugged in
-// through Config.Runtimes.
+// the Factory registered for its language: Python and R are Jupyter kernels
+// spoken to over ZeroMQ (KernelRuntime, package jupyter); JavaScript and
+// Java are processes running a kernel of ours, node/kernel.js and
+// java/Kernel.java (a JShell session), behind one ProcessRuntime; bash is a
+// persistent bash process. TypeScript contexts are JavaScript ones: the
+// server strips type syntax from every JavaScript cell with esbuild, as the
+// official server runs every cell of its JavaScript kernel through Babel's
+// TypeScript preset.
+//
+// Per-run env_vars are set before the code and put back afterwards to what
+// the context had (its sandbox-wide value, or none); Java gets them as
+// system properties, as on E2B.
 //
 // Executions on one context run one at a time. A client that disconnects
 // interrupts its execution; a runtime that dies mid-execution is reported

@@ -3,7 +3,6 @@ package codeinterp
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,33 +12,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func startJS(t *testing.T, cwd string) *JSRuntime {
+func startJS(t *testing.T, cwd string) Runtime {
 	t.Helper()
-	requireBinary(t, "node")
-	rt, err := StartJavaScript(context.Background(), "", cwd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close() })
-	return rt
-}
-
-// mainText returns the text/plain of the main result, or "" without one.
-func mainText(o outputs) string {
-	for _, r := range o.of(Result) {
-		if r.IsMain {
-			s, _ := r.Data["text/plain"].(string)
-			return s
-		}
-	}
-	return ""
+	return startRuntime(t, "node", JavaScriptFactory(""), cwd)
 }
 
 func TestJavaScriptState(t *testing.T) {
-	rt := startJS(t, t.TempDir())
-	tests := []struct {
-		name, code, want string
-	}{
+	checkResults(t, startJS(t, t.TempDir()), []resultCase{
 		{"let and const", "let a = 1; const b = 2; var c = 3; function f() { return a + b + c }", ""},
 		{"state persists", "f()", "6"},
 		{"redeclare const", "const b = 10; a + b", "11"},
@@ -50,72 +29,38 @@ func TestJavaScriptState(t *testing.T) {
 		{"await destructuring", "const {x, y: [z]} = await Promise.resolve({x: 1, y: [2]}); x + z", "3"},
 		{"require builtin", "const path = require('path'); path.join('a', 'b')", "'a/b'"},
 		{"import builtin", "import os from 'os'; import {join} from 'path'; typeof os.platform + join('c', 'd')", "'functionc/d'"},
+		{"import alone", "import { readFileSync } from 'fs'", ""},
+		{"imported binding persists", "typeof readFileSync", "'function'"},
+		{"namespace import", "import * as fsns from 'node:fs'; typeof fsns.statSync", "'function'"},
+		{"import expression", "const m = await import('path'); m.basename('/a/b')", "'b'"},
+		{"import expression in a function", "async function load() { return (await import('os')).EOL }; await load()", `'\n'`},
+		{"top-level await result", "await Promise.resolve('Hello World!')", "'Hello World!'"},
+		{"types stripped", "const message: string = 'typed'; function sub(x: number, y: number): number { return x - y }; message + sub(1, 2)", "'typed-1'"},
+		{"interface and enum", "interface P { x: number }\nenum Dir { Up = 1 }\nconst p: P = { x: Dir.Up }; p.x", "1"},
 		{"undefined has no result", "undefined", ""},
 		{"object", "({a: [1, 2]})", "{ a: [ 1, 2 ] }"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			o := run(t, rt, tt.code)
-			if errs := o.of(Error); len(errs) > 0 {
-				t.Fatalf("error: %+v", errs[0])
-			}
-			if got := mainText(o); got != tt.want {
-				t.Errorf("result %q, want %q", got, tt.want)
-			}
-		})
-	}
+	})
 }
 
 func TestJavaScriptOutputOrder(t *testing.T) {
-	rt := startJS(t, t.TempDir())
-	o := run(t, rt, `console.log('one'); console.error('two'); process.stdout.write('three\n');
+	checkOutputOrder(t, startJS(t, t.TempDir()), `console.log('one'); console.error('two'); process.stdout.write('three\n');
 require('child_process').execSync('echo child', {stdio: 'inherit'}); console.log('four'); 5`)
-	var got []string
-	for _, out := range o {
-		switch out.Kind {
-		case Count:
-			got = append(got, "count")
-		case Stdout, Stderr:
-			got = append(got, out.Kind.String()+":"+strings.TrimSpace(out.Text))
-		case Result:
-			got = append(got, "result:"+out.Data["text/plain"].(string))
-		}
-	}
-	want := []string{"count", "stdout:one", "stderr:two", "stdout:three", "stdout:child", "stdout:four", "result:5"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("outputs (-want +got):\n%s", diff)
-	}
-	if c := run(t, rt, "1").of(Count); len(c) != 1 || c[0].Count != 2 {
-		t.Errorf("second execution count %+v, want 2", c)
-	}
 }
 
 func TestJavaScriptErrors(t *testing.T) {
 	rt := startJS(t, t.TempDir())
-	tests := []struct {
-		name, code, wantName, wantValue, wantInTrace string
-	}{
+	checkErrors(t, rt, []errorCase{
 		{"thrown", "function boom() { throw new TypeError('bad thing') }\nboom()", "TypeError", "bad thing", "at boom"},
-		{"syntax", "let = ;", "SyntaxError", "Unexpected token ';'", "SyntaxError"},
+		{"syntax", "let = ;", "SyntaxError", `Unexpected ";"`, "<cell 2>:1:7: Unexpected \";\"\n  let = ;\n        ^"},
+		{"type syntax", "const x: = 1", "SyntaxError", `Unexpected "="`, "<cell 3>:1:10"},
 		{"reference", "notDefined + 1", "ReferenceError", "notDefined is not defined", "ReferenceError"},
 		{"rejected await", "await Promise.reject(new RangeError('no'))", "RangeError", "no", "RangeError: no"},
 		{"non-error", "throw 42", "Error", "42", "42"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			errs := run(t, rt, tt.code).of(Error)
-			if len(errs) != 1 {
-				t.Fatalf("errors %+v, want one", errs)
-			}
-			e := errs[0]
-			if e.Name != tt.wantName || e.Value != tt.wantValue || !strings.Contains(e.Traceback, tt.wantInTrace) {
-				t.Errorf("error %q %q %q, want %q %q and a traceback with %q", e.Name, e.Value, e.Traceback, tt.wantName, tt.wantValue, tt.wantInTrace)
-			}
-			if strings.Contains(e.Traceback, "node:vm") {
-				t.Errorf("traceback shows the kernel's frames: %q", e.Traceback)
-			}
-		})
-	}
+	}, func(t *testing.T, e Output) {
+		if strings.Contains(e.Traceback, "node:vm") {
+			t.Errorf("traceback shows the kernel's frames: %q", e.Traceback)
+		}
+	})
 	// An unhandled rejection does not kill the kernel.
 	run(t, rt, "Promise.reject(new Error('later')); 1")
 	time.Sleep(50 * time.Millisecond)
@@ -143,12 +88,18 @@ func TestJavaScriptEnvAndCwd(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "local.js"), []byte("module.exports = 'local module'"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "esm.mjs"), []byte("export const v = 'esm module'"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rt := startJS(t, dir)
 	if got := mainText(run(t, rt, "process.cwd()")); got != "'"+dir+"'" {
 		t.Errorf("cwd %s, want %s", got, dir)
 	}
 	if got := mainText(run(t, rt, "require('./local.js')")); got != "'local module'" {
 		t.Errorf("require of a file in cwd = %s", got)
+	}
+	if got := mainText(run(t, rt, "import { v } from './esm.mjs'; import local from './local.js'; v + ', ' + local")); got != "'esm module, local module'" {
+		t.Errorf("import of files in cwd = %s", got)
 	}
 	t.Setenv("E2B_TEST_KEEP", "") // not inherited: the kernel started before
 	restore, err := rt.SetEnv(context.Background(), map[string]string{"A_VAR": "1", "HOME": "/elsewhere"})
@@ -168,23 +119,14 @@ func TestJavaScriptEnvAndCwd(t *testing.T) {
 
 func TestJavaScriptThroughServer(t *testing.T) {
 	requireBinary(t, "node")
-	s, err := New(Config{
-		Runtimes:   map[string]Factory{"javascript": JavaScriptFactory(""), "bash": BashFactory("")},
-		DefaultCwd: t.TempDir(),
-		EnvdURL:    "http://127.0.0.1:1",
+	ts := newTestServer(t, func(c *Config) {
+		c.Runtimes = map[string]Factory{"javascript": JavaScriptFactory(""), "bash": BashFactory("")}
+		c.DefaultCwd = t.TempDir()
 	})
-	if err != nil {
+	if err := ts.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(s.Handler())
-	defer func() {
-		hs.Close()
-		s.Close()
-	}()
-	status, lines := execute(t, context.Background(), hs.URL, map[string]any{
+	status, lines := execute(t, context.Background(), ts.url, map[string]any{
 		"code": "console.log(process.env.GREETING); 'abc'", "language": "ts", "env_vars": map[string]string{"GREETING": "hello"},
 	}, nil)
 	want := []map[string]any{
@@ -196,7 +138,7 @@ func TestJavaScriptThroughServer(t *testing.T) {
 	if diff := cmp.Diff(want, withoutTimestamps(t, lines)); status != http.StatusOK || diff != "" {
 		t.Errorf("status %d, lines (-want +got):\n%s", status, diff)
 	}
-	_, lines = execute(t, context.Background(), hs.URL, map[string]any{"code": "echo $((6*7))", "language": "bash"}, nil)
+	_, lines = execute(t, context.Background(), ts.url, map[string]any{"code": "echo $((6*7))", "language": "bash"}, nil)
 	if got := withoutTimestamps(t, lines)[1]["text"]; got != "42\n" {
 		t.Errorf("bash through the server printed %q", got)
 	}

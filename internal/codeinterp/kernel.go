@@ -50,7 +50,8 @@ var pythonKernel = kernelLanguage{
 }
 
 // rKernel keeps the saved values in a hidden global (ls() does not list names
-// starting with a dot).
+// starting with a dot), named even when there is one: Sys.getenv leaves a
+// single value unnamed by default.
 var rKernel = kernelLanguage{
 	set: func(key string, vars map[string]string) string {
 		var names, values []string
@@ -58,7 +59,7 @@ var rKernel = kernelLanguage{
 			names = append(names, pyString(k))
 			values = append(values, pyString(k)+"="+pyString(v))
 		}
-		return fmt.Sprintf(".e2b_saved_env_%s <- Sys.getenv(c(%s), unset = NA); Sys.setenv(%s)",
+		return fmt.Sprintf(".e2b_saved_env_%s <- Sys.getenv(c(%s), unset = NA, names = TRUE); Sys.setenv(%s)",
 			key, strings.Join(names, ", "), strings.Join(values, ", "))
 	},
 	restore: func(key string) string {

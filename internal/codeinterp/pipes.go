@@ -10,8 +10,8 @@ import (
 )
 
 // event is one thing a runtime's process reported: text read from its
-// stdout or stderr, a marker line found in one of them, or (JavaScript) a
-// protocol message.
+// stdout or stderr, a marker line found in one of them, or (a
+// ProcessRuntime's kernel) a protocol message.
 type event struct {
 	kind   OutputKind // Stdout or Stderr for text and markers
 	text   string

@@ -15,8 +15,8 @@ import (
 )
 
 // Run is the codeinterp command: it parses args, starts the runtimes that
-// are installed (Python's ipykernel, Node.js, bash, R's IRkernel) and
-// serves until ctx ends.
+// are installed (Python's ipykernel, Node.js, bash, R's IRkernel, Java's
+// JShell) and serves until ctx ends.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("codeinterp", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -25,6 +25,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	python := fs.String("python", "/usr/bin/python3", "`PYTHON` with ipykernel")
 	node := fs.String("node", "node", "`NODE` binary for JavaScript and TypeScript")
 	rBinary := fs.String("r", "R", "`R` binary with IRkernel (used if installed)")
+	java := fs.String("java", "java", "`JAVA` binary, 11 or later, for Java (used if installed)")
 	envdURL := fs.String("envd", defaultEnvdURL, "`URL` of envd, for the sandbox's environment")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -48,6 +49,11 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	if _, err := exec.LookPath(*rBinary); err == nil {
 		runtimes["r"] = RFactory(*rBinary, log)
+	}
+	if _, err := exec.LookPath(*java); err == nil {
+		if runtimes["java"], err = JavaFactory(*java, dir); err != nil {
+			return err
+		}
 	}
 	srv, err := New(Config{Runtimes: runtimes, DefaultCwd: *cwd, EnvdURL: *envdURL, Log: log})
 	if err != nil {

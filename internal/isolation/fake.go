@@ -29,6 +29,7 @@ type Fake struct {
 	sandboxes map[string]*FakeInstance
 	name      string
 	caps      Capabilities
+	guestLogs string // directory of the instances' guest logs; "": none
 }
 
 var _ Backend = (*Fake)(nil)
@@ -53,6 +54,14 @@ func (f *Fake) Handle(port int, h http.Handler) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.handlers[port] = h
+}
+
+// KeepGuestLogs gives every sandbox started from now on a guest log
+// (GuestLogger), the file <dir>/<id>.log, which the test writes.
+func (f *Fake) KeepGuestLogs(dir string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.guestLogs = dir
 }
 
 // FailStarts makes Start return err (nil: succeed again).
@@ -183,7 +192,21 @@ type FakeInstance struct {
 	link    network.Link // set at Start, then read-only
 }
 
-var _ Instance = (*FakeInstance)(nil)
+var (
+	_ Instance    = (*FakeInstance)(nil)
+	_ GuestLogger = (*FakeInstance)(nil)
+)
+
+// GuestLog implements GuestLogger: <dir>/<id>.log of Fake.KeepGuestLogs,
+// or "", which no file has.
+func (i *FakeInstance) GuestLog() string {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	if i.f.guestLogs == "" {
+		return ""
+	}
+	return filepath.Join(i.f.guestLogs, i.spec.ID+".log")
+}
 
 // Spec returns the spec the sandbox was started with.
 func (i *FakeInstance) Spec() Spec { return i.spec }

@@ -315,6 +315,15 @@ type Instance interface {
 	Stop(ctx context.Context) error
 }
 
+// GuestLogger is an Instance whose backend keeps what the sandbox's init
+// and envd print (envd's lines as its slog text, alone or after
+// "envd: ") in a file on the host, appended to while the instance runs
+// and removed by Stop: the manager reads envd's lines from it into the
+// sandbox's own log.
+type GuestLogger interface {
+	GuestLog() string
+}
+
 // Stats is one resource sample.
 type Stats struct {
 	Time        time.Time

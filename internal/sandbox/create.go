@@ -57,15 +57,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return m.createFromSnapshot(ctx, req, sn)
 	}
 	tmpl, err := m.cfg.Templates.Lookup(req.Template)
-	if errors.Is(err, template.ErrNotFound) {
-		if _, builtIn := template.BuiltIn()[req.Template]; builtIn {
-			return store.Sandbox{}, invalid("template '%s' not found: it is built in but not built yet; start the server with --templates %s", req.Template, req.Template)
-		}
+	var building *template.BuildingError
+	switch {
+	case errors.Is(err, template.ErrNotFound):
 		return store.Sandbox{}, invalid("template '%s' not found", req.Template)
-	}
-	if err != nil {
+	case errors.As(err, &building):
+		return store.Sandbox{}, &userError{kind: ErrUnavailable, msg: building.Error(), cause: building}
+	case err != nil:
 		return store.Sandbox{}, fmt.Errorf("looking up template %q: %w", req.Template, err)
 	}
+	release, err := m.useTemplate(tmpl.Name)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer release()
 	backend := m.backendFor(tmpl)
 	if err := m.checkPolicy(backend, req); err != nil {
 		return store.Sandbox{}, err
@@ -101,7 +106,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	log := m.log.With("sandbox_id", rec.ID)
+	log := m.sandboxLog(rec.ID)
 	log.Info("creating sandbox", "template", tmpl.ID)
 	inst, err := m.boot(ctx, rec, tmpl, res, nil, log)
 	if err != nil {

@@ -179,7 +179,7 @@ func (m *Manager) startFromSnapshot(ctx context.Context, rec store.Sandbox, tmpl
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	log := m.log.With("sandbox_id", rec.ID)
+	log := m.sandboxLog(rec.ID)
 	log.Info("creating sandbox from a snapshot", "snapshot", sn.ID, "of", sn.SandboxID, "kind", kind)
 	inst, err := m.boot(ctx, rec, tmpl, res, &startFrom{snap: sn, kind: kind}, log)
 	if err != nil {

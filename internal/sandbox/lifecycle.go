@@ -60,6 +60,7 @@ func (m *Manager) drop(ctx context.Context, sb *sandbox, state store.State, reas
 	closeConns(conns)
 	m.forget(sb)
 	m.detachNetwork(sb.id)
+	m.collectGuestLog(sb)
 	if err := inst.Stop(context.WithoutCancel(ctx)); err != nil {
 		// The record says killed; whatever is left is found as a
 		// leftover by the next reconcile, which detaches its volumes
@@ -70,6 +71,7 @@ func (m *Manager) drop(ctx context.Context, sb *sandbox, state store.State, reas
 	}
 	sb.log.Info("sandbox ended", "state", state, "reason", reason)
 	m.collectSnapshotsLater()
+	m.goroutine(m.purgeLogs)
 }
 
 // SetTimeout sets endAt = now + d (it may shorten).

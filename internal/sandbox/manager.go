@@ -28,6 +28,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
@@ -44,7 +45,10 @@ var (
 	ErrNotFound = errors.New("sandbox not found")             // 404; killed sandboxes too
 	ErrConflict = errors.New("sandbox is in the wrong state") // 409 (already paused, transitioning)
 	ErrInvalid  = errors.New("invalid request")               // 400 (bad timeout, unknown template, …)
-	ErrPaused   = errors.New("sandbox is paused")             // router: 502 for a paused sandbox
+	// ErrUnavailable is a create of a template that is being built
+	// (it wraps the template's *template.BuildingError): 503, retry.
+	ErrUnavailable = errors.New("template is being built")
+	ErrPaused      = errors.New("sandbox is paused") // router: 502 for a paused sandbox
 )
 
 // Templates finds a template by name, name:tag or ID.
@@ -123,6 +127,9 @@ type Config struct {
 	// it is saved to disk and stopped, where its backend can save memory
 	// (a memory snapshot); 0: at once (pause.go).
 	PauseInRAM time.Duration
+	// LogRetention is how long an ended sandbox's log is kept (logs.go;
+	// default DefaultLogRetention).
+	LogRetention time.Duration
 
 	// SnapshotDir holds a directory per snapshot (snapshot.go); "" leaves
 	// snapshots, forks and pauses without memory out.
@@ -165,6 +172,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxTimeout <= 0 {
 		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.LogRetention <= 0 {
+		c.LogRetention = DefaultLogRetention
 	}
 	if c.MetricsEvery <= 0 {
 		c.MetricsEvery = DefaultMetricsEvery
@@ -233,6 +243,8 @@ type Manager struct {
 
 	stop chan struct{} // closed by Close
 	wg   sync.WaitGroup
+	// logsPurgedAt is when purgeLogs last ran, in unix nanoseconds.
+	logsPurgedAt atomic.Int64
 
 	kicks chan struct{} // wakes the pool loop
 
@@ -243,6 +255,12 @@ type Manager struct {
 	// guards pins, the snapshots in use by creates in flight.
 	snapMu sync.Mutex
 	pins   map[string]int
+
+	// tmplMu guards tmplUse, the template names creates in flight hold
+	// (templates.go), and deleting, those being deleted.
+	tmplMu   sync.Mutex
+	tmplUse  map[string]int
+	deleting map[string]bool
 
 	mu        sync.Mutex // guards the fields below and those of the pools
 	sandboxes map[string]*sandbox
@@ -283,6 +301,13 @@ type sandbox struct {
 	epoch    uint64    // bumped whenever tracked connections are dropped
 	conns    map[*trackedConn]struct{}
 	metrics  ring
+	oomKills uint64 // as last sampled
+
+	// guestLogMu guards what collectGuestLog read of guestLogOf's guest
+	// log: up to guestLogAt (logs.go).
+	guestLogMu sync.Mutex
+	guestLogOf isolation.Instance
+	guestLogAt int64
 }
 
 // instance returns sb's current instance.
@@ -332,6 +357,8 @@ func New(cfg Config) (*Manager, error) {
 		sandboxes: map[string]*sandbox{},
 		steps:     map[string]bool{},
 		pins:      map[string]int{},
+		tmplUse:   map[string]int{},
+		deleting:  map[string]bool{},
 		pools:     newPools(cfg.WarmPools, cfg.Now()),
 	}, nil
 }
@@ -349,6 +376,7 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.reconcile(ctx); err != nil {
 		return fmt.Errorf("starting sandbox manager: %w", err)
 	}
+	m.goroutine(m.purgeLogs)
 	m.goroutine(m.timeoutLoop)
 	m.goroutine(m.metricsLoop)
 	if len(m.pools) > 0 {

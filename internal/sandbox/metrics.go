@@ -83,7 +83,13 @@ func (m *Manager) sample(sb *sandbox) {
 	}
 	sb.mu.Lock()
 	sb.metrics.add(s)
+	oom := st.OOMKills > sb.oomKills
+	sb.oomKills = st.OOMKills
 	sb.mu.Unlock()
+	if oom {
+		sb.log.Warn("out of memory: the kernel killed a process of the sandbox", "oom_kills", st.OOMKills)
+	}
+	m.collectGuestLog(sb)
 }
 
 // ring keeps the newest size samples; it grows up to size, then

@@ -155,6 +155,7 @@ func (m *Manager) park(ctx context.Context, sb *sandbox, kind store.PauseKind) e
 		return revert(err)
 	}
 	defer unpin()
+	m.collectGuestLog(sb) // before the stop removes it
 	sb.mu.Lock()
 	sb.inst, sb.pausedAs = parked{id: sb.id}, kind
 	sb.mu.Unlock()

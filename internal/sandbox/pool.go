@@ -252,7 +252,7 @@ func (m *Manager) takeWarm(tmpl *template.Template, ec egressConfig) *warm {
 func (m *Manager) handOut(ctx context.Context, w *warm, rec store.Sandbox, req CreateRequest, tmpl *template.Template, ec egressConfig) (store.Sandbox, error) {
 	defer m.release() // the slot passes to the live set in finish
 	id := w.rec.ID
-	log := m.log.With("sandbox_id", id)
+	log := m.sandboxLog(id)
 	log.Info("creating sandbox from the warm pool", "template", tmpl.ID)
 	t0 := rec.StartedAt
 	rec.ID = id

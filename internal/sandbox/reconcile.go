@@ -77,7 +77,7 @@ func (m *Manager) reconcile(ctx context.Context) error {
 // or cleans it up and records why not. It reports whether the sandbox is
 // live.
 func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
-	log := m.log.With("sandbox_id", rec.ID)
+	log := m.sandboxLog(rec.ID)
 	backend := m.backends[rec.Backend]
 	end := func(state store.State, reason string, cleanup bool) {
 		if cleanup {
@@ -140,7 +140,9 @@ func (m *Manager) adopt(ctx context.Context, rec store.Sandbox) bool {
 		end(store.StateKilled, reasonLost, true)
 		return false
 	}
-	m.register(m.newSandbox(rec, backend, inst, log))
+	sb := m.newSandbox(rec, backend, inst, log)
+	sb.skipGuestLog()
+	m.register(sb)
 	log.Info("adopted sandbox", "state", rec.State)
 	return true
 }

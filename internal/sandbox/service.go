@@ -34,25 +34,15 @@ const warmUpTimeout = time.Minute
 func warmUp(ctx context.Context, inst isolation.Instance, token, user string) error {
 	ctx, cancel := context.WithTimeout(ctx, warmUpTimeout)
 	defer cancel()
-	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{
-		Cmd: "/bin/bash", Args: []string{"-l", "-c", "true"},
-	}})
-	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
-	req.Header().Set("X-Access-Token", token)
-	stream, err := processconnect.NewProcessClient(envdClient(inst), "http://envd", connect.WithProtoJSON()).Start(ctx, req)
-	if err != nil {
+	client := processconnect.NewProcessClient(envdClient(inst), "http://envd", connect.WithProtoJSON())
+	code, err := runToEnd(ctx, client, shellCommand(user, token, "true"))
+	switch {
+	case err != nil:
 		return fmt.Errorf("warming up: %w", err)
+	case code != 0:
+		return fmt.Errorf("warming up: bash -l -c true exited %d", code)
 	}
-	defer stream.Close()
-	for stream.Receive() {
-		if end := stream.Msg().GetEvent().GetEnd(); end != nil {
-			if end.GetExitCode() != 0 {
-				return fmt.Errorf("warming up: bash -l -c true exited %d: %s", end.GetExitCode(), end.GetError())
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("warming up: %w", cmp.Or(stream.Err(), errors.New("no end event")))
+	return nil
 }
 
 // envdClient reaches envd in inst, a connection per request.
@@ -66,56 +56,121 @@ func envdClient(inst isolation.Instance) *http.Client {
 }
 
 // startService runs the template's start command through envd, as root in
-// the background, and waits until its ready port accepts connections. It
-// does nothing for a template without one.
+// the background, and waits until the template's ready check passes: its
+// ready port accepts connections, or its ready command exits 0. It does
+// nothing for a template without either.
 func startService(ctx context.Context, inst isolation.Instance, rec store.Sandbox, tmpl *template.Template) error {
-	if tmpl.Spec.StartCmd == "" {
+	spec := tmpl.Spec
+	if spec.StartCmd == "" && spec.ReadyCmd == "" {
 		return nil
 	}
-	hc := envdClient(inst)
-	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{
-		Cmd: "/bin/bash", Args: []string{"-l", "-c", tmpl.Spec.StartCmd},
-	}})
-	req.Header().Set("Authorization", "Basic cm9vdDo=") // root
-	req.Header().Set("X-Access-Token", rec.EnvdAccessToken)
-	stream, err := processconnect.NewProcessClient(hc, "http://envd", connect.WithProtoJSON()).Start(ctx, req)
-	if err != nil {
-		return fmt.Errorf("running the start command: %w", err)
+	// Cancelling stops following the start command, not the command.
+	ctx, cancel := context.WithTimeoutCause(ctx, readyTimeout, fmt.Errorf("not ready within %s", readyTimeout))
+	defer cancel()
+	client := processconnect.NewProcessClient(envdClient(inst), "http://envd", connect.WithProtoJSON())
+	var startEnded <-chan int
+	if spec.StartCmd != "" {
+		stream, err := client.Start(ctx, shellCommand("root", rec.EnvdAccessToken, spec.StartCmd))
+		if err != nil {
+			return fmt.Errorf("running the start command: %w", err)
+		}
+		// The start event says it runs.
+		if !stream.Receive() {
+			stream.Close()
+			return fmt.Errorf("running the start command: %w", cmp.Or(stream.Err(), errors.New("no start event")))
+		}
+		ended := make(chan int, 1)
+		go func() {
+			defer stream.Close()
+			for stream.Receive() {
+				if end := stream.Msg().GetEvent().GetEnd(); end != nil {
+					ended <- exitCode(end)
+					return
+				}
+			}
+		}()
+		startEnded = ended
 	}
-	// The start event says it runs; closing the stream leaves it running.
-	ok := stream.Receive()
-	stream.Close()
-	if !ok {
-		return fmt.Errorf("running the start command: %w", cmp.Or(stream.Err(), errors.New("no start event")))
+	switch {
+	case spec.ReadyPort != 0:
+		return waitReady(ctx, inst, startEnded, fmt.Sprintf("port %d", spec.ReadyPort), 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+			c, err := inst.Dial(ctx, spec.ReadyPort)
+			if err == nil {
+				c.Close()
+				return true, nil
+			}
+			return false, ignore(err, isolation.ErrPortClosed)
+		})
+	case spec.ReadyCmd != "":
+		return waitReady(ctx, inst, startEnded, fmt.Sprintf("the ready command %q", spec.ReadyCmd), 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+			code, err := runToEnd(ctx, client, shellCommand("root", rec.EnvdAccessToken, spec.ReadyCmd))
+			return err == nil && code == 0, err
+		})
 	}
-	if tmpl.Spec.ReadyPort == 0 {
-		return nil
-	}
-	return waitPort(ctx, inst, tmpl.Spec.ReadyPort)
+	return nil
 }
 
-// waitPort polls until something in the sandbox accepts connections on
-// port, the sandbox dies, or readyTimeout passes.
-func waitPort(ctx context.Context, inst isolation.Instance, port int) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
+// shellCommand is the request that runs the shell command line cmd as
+// user (bash -l -c, as the SDKs run commands), with envd access token
+// token.
+func shellCommand(user, token, cmd string) *connect.Request[process.StartRequest] {
+	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{
+		Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd},
+	}})
+	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
+	req.Header().Set("X-Access-Token", token)
+	return req
+}
+
+// runToEnd runs req's command and returns its exit code.
+func runToEnd(ctx context.Context, client processconnect.ProcessClient, req *connect.Request[process.StartRequest]) (int, error) {
+	stream, err := client.Start(ctx, req)
+	if err != nil {
+		return 0, err
+	}
+	defer stream.Close()
+	for stream.Receive() {
+		if end := stream.Msg().GetEvent().GetEnd(); end != nil {
+			return exitCode(end), nil
+		}
+	}
+	return 0, cmp.Or(stream.Err(), errors.New("no end event"))
+}
+
+// ignore returns err unless it is target.
+func ignore(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return err
+}
+
+// waitReady polls ready, with a delay growing up to maxDelay, until it
+// reports true, the sandbox dies, the start command (whose exit code
+// startEnded delivers; nil: none) exits non-zero, or ctx ends. what names
+// the check in errors.
+func waitReady(ctx context.Context, inst isolation.Instance, startEnded <-chan int, what string, maxDelay time.Duration, ready func(context.Context) (bool, error)) error {
 	delay := 10 * time.Millisecond
 	for {
-		c, err := inst.Dial(ctx, port)
-		if err == nil {
-			c.Close()
+		ok, err := ready(ctx)
+		if ok {
 			return nil
 		}
-		if !errors.Is(err, isolation.ErrPortClosed) {
-			return fmt.Errorf("waiting for port %d: %w", port, err)
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("waiting for %s: %w", what, err)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("waiting for port %d: %w", port, ctx.Err())
+			return fmt.Errorf("waiting for %s: %w", what, context.Cause(ctx))
 		case <-inst.Done():
-			return fmt.Errorf("waiting for port %d: %w: %s", port, isolation.ErrGone, inst.Exit().Reason)
+			return fmt.Errorf("waiting for %s: %w: %s", what, isolation.ErrGone, inst.Exit().Reason)
+		case code := <-startEnded:
+			if code != 0 {
+				return fmt.Errorf("waiting for %s: the start command exited with code %d", what, code)
+			}
+			startEnded = nil // a daemon may run on
 		case <-time.After(delay):
 		}
-		delay = min(2*delay, 200*time.Millisecond)
+		delay = min(2*delay, maxDelay)
 	}
 }

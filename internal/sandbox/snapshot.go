@@ -304,7 +304,8 @@ func (m *Manager) ListSnapshots(ctx context.Context, q SnapshotQuery) ([]store.S
 
 // DeleteSnapshot deletes the snapshot ref names (E2B: the template, every
 // tag of it): "name[:tag]" or an unnamed one's "id[:tag]". ErrNotFound
-// when there is none; ErrInvalid while a live sandbox runs from it.
+// when there is none (a template, perhaps: DeleteTemplate); ErrInvalid
+// while a live sandbox runs from it.
 func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
 	name, _, _ := strings.Cut(strings.ToLower(ref), ":")
 	m.snapMu.Lock()
@@ -319,9 +320,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, ref string) error {
 		}
 	}
 	if len(targets) == 0 {
-		if _, err := m.cfg.Templates.Lookup(name); err == nil {
-			return invalid("template '%s' is not a snapshot: this server removes templates with agent-sandbox template rm", name)
-		}
+		// The API then deletes the template of that name, if any.
 		return &userError{kind: ErrNotFound, msg: fmt.Sprintf("snapshot '%s' not found", ref)}
 	}
 	for _, sn := range targets {

@@ -135,6 +135,9 @@ type Config struct {
 	// BuildStepTimeout bounds each step and BuildTimeout each template's
 	// build; 0 = no bound.
 	BuildStepTimeout, BuildTimeout time.Duration
+	// BuildReadyTimeout bounds a build's wait for its template's ready
+	// command (template.Builder.ReadyTimeout); 0 = the default.
+	BuildReadyTimeout time.Duration
 	// BuildMemoryMB and BuildDiskMB are each step sandbox's memory limit
 	// and disk size; 0 = sandbox.DefaultStep*.
 	BuildMemoryMB, BuildDiskMB int
@@ -210,6 +213,7 @@ func DefaultConfig() Config {
 		MaxDiskIO:          DefaultMaxDiskIO,
 		BuildStepTimeout:   DefaultBuildStepTimeout,
 		BuildTimeout:       DefaultBuildTimeout,
+		BuildReadyTimeout:  template.DefaultReadyTimeout,
 		BuildMemoryMB:      sandbox.DefaultStepMemoryMB,
 		BuildDiskMB:        sandbox.DefaultStepDiskMB,
 	}
@@ -336,6 +340,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BuildStepTimeout < 0 || c.BuildTimeout < 0 {
 		return fmt.Errorf("--build-step-timeout %s, --build-timeout %s: want 0 (no bound) or more", c.BuildStepTimeout, c.BuildTimeout)
+	}
+	if c.BuildReadyTimeout < 0 {
+		return fmt.Errorf("--build-ready-timeout %s: want more than 0", c.BuildReadyTimeout)
 	}
 	if c.BuildMemoryMB < 0 || c.BuildDiskMB < 0 {
 		return fmt.Errorf("--build-memory-mb %d, --build-disk-mb %d: want 0 (the default) or more", c.BuildMemoryMB, c.BuildDiskMB)

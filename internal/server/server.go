@@ -10,11 +10,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,7 @@ type Server struct {
 	progress  io.Writer
 	store     *store.Store
 	templates *template.Builder
+	builtIns  *builtIns
 	builds    *api.TemplateBuilds
 	volumes   *volume.Service
 	manager   *sandbox.Manager
@@ -83,6 +86,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		return nil, err
 	}
 	s.templates = &template.Builder{DataDir: cfg.DataDir, Mirror: cfg.Mirror, Log: log.With("component", "template"), Progress: progress}
+	s.builtIns = newBuiltIns(ctx, s.templates, log.With("component", "template"), progress)
 	if s.net, err = newSandboxNetwork(cfg, log); err != nil {
 		return nil, err
 	}
@@ -108,7 +112,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Backend:          backend,
 		OtherBackends:    others,
 		TemplateBackends: cfg.TemplateBackends,
-		Templates:        templateRegistry{builder: s.templates, store: st},
+		Templates:        templateRegistry{builder: s.templates, store: st, builtIns: s.builtIns},
 		Images:           s.templates,
 		EnvdPath:         cfg.EnvdPath,
 		Tools:            map[string]string{template.CodeInterpreterServer: cfg.CodeInterpPath},
@@ -145,6 +149,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	// Every build step that runs a command runs in a sandbox of its own.
 	s.templates.Steps = s.manager
 	s.templates.StepTimeout, s.templates.BuildTimeout = cfg.BuildStepTimeout, cfg.BuildTimeout
+	s.templates.ReadyTimeout = cfg.BuildReadyTimeout
 	if s.builds, err = api.NewTemplateBuilds(ctx, api.TemplateConfig{
 		Builder:         apiBuilder{s.templates},
 		Records:         st,
@@ -152,6 +157,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 		Log:             log.With("component", "template-api"),
 		Max:             cfg.maxima(),
 		SandboxDiskMB:   sandbox.DefaultDiskMB,
+		Defaults:        sandbox.Maxima{CPUCount: cfg.CPUCount, MemoryMB: cfg.MemoryMB},
+		BuiltIns:        s.builtIns.states,
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}
@@ -235,7 +242,7 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("opening the TLS CA: %w", err)
 		}
-		cert, err := ca.ServerCertificate(s.cfg.Domain)
+		cert, err := ca.ServerCertificate(s.cfg.Domain, s.certHosts()...)
 		if err != nil {
 			return err
 		}
@@ -256,9 +263,11 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	}
 	s.ready.Store(true)
 	s.printSettings(stdout)
+	s.builtIns.start(s.cfg.Templates...)
 
 	select {
 	case err := <-errc:
+		s.builtIns.close()
 		s.builds.Close()
 		s.manager.Close()
 		return fmt.Errorf("serving: %w", err)
@@ -270,17 +279,16 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	if err := hs.Shutdown(shutdownCtx); err != nil {
 		hs.Close() // streams never go idle by themselves
 	}
+	s.builtIns.close()
 	s.builds.Close()
 	return s.manager.Close()
 }
 
 // prepare builds the base template if needed and reconciles sandboxes.
+// The other built-in templates are built in the background (builtIns).
 func (s *Server) prepare(ctx context.Context) error {
-	builtIn := template.BuiltIn()
-	for _, name := range append([]string{template.BaseName}, s.cfg.Templates...) {
-		if _, err := s.templates.Ensure(ctx, builtIn[name]); err != nil {
-			return fmt.Errorf("preparing the %s template: %w", name, err)
-		}
+	if _, err := s.templates.Ensure(ctx, template.Base()); err != nil {
+		return fmt.Errorf("preparing the %s template: %w", template.BaseName, err)
 	}
 	if err := s.manager.Start(ctx); err != nil {
 		return fmt.Errorf("starting the sandbox manager: %w", err)
@@ -299,15 +307,59 @@ func (s *Server) printSettings(w io.Writer) {
 		scheme = "https"
 	}
 	base := scheme + "://" + s.listenURLHost()
+	caPath := filepath.Join(s.cfg.DataDir, "tls", "ca.pem")
 	fmt.Fprintf(w, "\nagent-sandbox is ready on %s\n\nPoint the E2B SDK at it (header routing over one URL):\n\n", base)
 	// The volume content API has a URL of its own in the SDKs.
-	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_VOLUME_API_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n\n",
+	fmt.Fprintf(w, "  export E2B_API_URL=%s\n  export E2B_SANDBOX_URL=%s\n  export E2B_VOLUME_API_URL=%s\n  export E2B_DOMAIN=%s\n  export E2B_API_KEY=%s\n",
 		base, base, base, s.cfg.Domain, key)
+	if s.cfg.TLS {
+		fmt.Fprintf(w, "  export NODE_EXTRA_CA_CERTS=%s\n", caPath)
+	}
+	fmt.Fprintln(w)
 	if s.cfg.TLS {
 		fmt.Fprintf(w, "or with host routing (api.%[1]s and *.%[1]s must resolve to this machine):\n\n", s.cfg.Domain)
 		fmt.Fprintf(w, "  export E2B_DOMAIN=%s\n  export NODE_EXTRA_CA_CERTS=%s\n  export E2B_API_KEY=%s\n\n",
-			s.cfg.Domain, filepath.Join(s.cfg.DataDir, "tls", "ca.pem"), key)
+			s.cfg.Domain, caPath, key)
 	}
+	// Where each built-in template other than base stands.
+	var ready, onDemand []string
+	for _, name := range slices.Sorted(maps.Keys(template.BuiltIn())) {
+		switch _, err := s.templates.Lookup(name); {
+		case name == template.BaseName || slices.Contains(s.cfg.Templates, name):
+		case err == nil:
+			ready = append(ready, name)
+		default:
+			onDemand = append(onDemand, name)
+		}
+	}
+	fmt.Fprintln(w, "Built-in templates:")
+	for _, l := range []struct {
+		what  string
+		names []string
+	}{{"ready", append([]string{template.BaseName}, ready...)}, {"building in the background (--templates)", s.cfg.Templates},
+		{"built on first use", onDemand}} {
+		if len(l.names) > 0 {
+			fmt.Fprintf(w, "  %s: %s\n", l.what, strings.Join(l.names, ", "))
+		}
+	}
+	fmt.Fprint(w, "Until a template is built, its creates are answered 503 with the build's progress and Retry-After.\n\n")
+}
+
+// certHosts are the names and addresses besides the domain that clients
+// reach the server by, for its TLS certificate: the listen address, which
+// the printed header-routing settings use (127.0.0.1 for an unspecified
+// one, which covers loopback only: other addresses are not printed), and
+// localhost on loopback.
+func (s *Server) certHosts() []string {
+	host, _, _ := net.SplitHostPort(s.cfg.Listen) // validated
+	ip := net.ParseIP(host)
+	switch {
+	case host == "" || ip != nil && ip.IsUnspecified():
+		return []string{"127.0.0.1", "::1", "localhost"}
+	case ip != nil && ip.IsLoopback():
+		return []string{host, "localhost"}
+	}
+	return []string{host}
 }
 
 // listenURLHost is the host:port clients use for the listen address.

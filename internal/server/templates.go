@@ -14,10 +14,13 @@ import (
 // templateRegistry resolves template references for sandboxes: the
 // names the template build API gives out ("name:tag", or a name it built,
 // meaning its default tag) through the store, anything else (built-in
-// and CLI-built templates, IDs) through the builder's cache.
+// and CLI-built templates, IDs) through the builder's cache. A built-in
+// template other than base that is not built yet is built on demand
+// (builtIns), and answered with a *template.BuildingError meanwhile.
 type templateRegistry struct {
-	builder *template.Builder
-	store   *store.Store
+	builder  *template.Builder
+	store    *store.Store
+	builtIns *builtIns
 }
 
 var _ sandbox.Templates = templateRegistry{}
@@ -30,10 +33,14 @@ func (r templateRegistry) Lookup(ref string) (*template.Template, error) {
 	switch {
 	case err == nil:
 		return r.builder.Lookup(v)
-	case errors.Is(err, store.ErrNotFound):
-		return r.builder.Lookup(ref)
+	case !errors.Is(err, store.ErrNotFound):
+		return nil, err
 	}
-	return nil, err
+	t, err := r.builder.Lookup(ref)
+	if _, builtIn := template.BuiltIn()[ref]; builtIn && ref != template.BaseName && errors.Is(err, template.ErrNotFound) {
+		return nil, r.builtIns.missing(ref)
+	}
+	return t, err
 }
 
 // apiBuilder gives the template build API builds with their own logger.

@@ -146,6 +146,20 @@ CREATE TABLE volumes (
 ) STRICT;
 ALTER TABLE sandboxes ADD COLUMN volume_mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(volume_mounts));
 `,
+	// 8: each sandbox's own log (E2B's sandbox logs): its lifecycle and
+	// envd's processes, kept a while after it ends (sandbox_log.go).
+	`
+CREATE TABLE sandbox_logs (
+	seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+	sandbox_id TEXT NOT NULL REFERENCES sandboxes (id) ON DELETE CASCADE,
+	time       INTEGER NOT NULL,
+	level      TEXT NOT NULL CHECK (level IN ('debug', 'info', 'warn', 'error')),
+	logger     TEXT NOT NULL,
+	message    TEXT NOT NULL,
+	fields     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(fields))
+) STRICT;
+CREATE INDEX sandbox_logs_sandbox ON sandbox_logs (sandbox_id, time, seq);
+`,
 }
 
 // migrate applies every migration newer than the database's user_version,

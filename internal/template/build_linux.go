@@ -78,7 +78,7 @@ func (b *Builder) build(ctx context.Context, spec Spec, from *Template, hash, di
 	if from == nil {
 		stages++
 	}
-	rep := newReporter(b.Progress, spec.Name, stages, b.hook)
+	rep := newReporter(b.Progress, spec.Name, stages, b.OnProgress)
 	t, err := func() (*Template, error) {
 		if from == nil {
 			var err error

@@ -339,7 +339,7 @@ func TestBuildCancelDuringDebootstrap(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var mountedAtCancel []string
-	b.hook = func(stage string, ev Event) {
+	b.OnProgress = func(stage string, ev Event) {
 		// The first package being unpacked: debootstrap has /proc and /sys
 		// of the target mounted and dpkg running in it.
 		if stage == "bootstrap" && ev.Phase == "installing" && ev.Done > 0 && ctx.Err() == nil {
@@ -380,7 +380,7 @@ func TestBuildCancelDuringPackages(t *testing.T) {
 	defer cancel()
 	var mountedAtCancel []string
 	var cancelledIn Event
-	b.hook = func(stage string, ev Event) {
+	b.OnProgress = func(stage string, ev Event) {
 		// apt-get running in the step (an output line or its status).
 		if stage == "packages" && (ev.Item != "" || ev.Phase == "downloading") && ctx.Err() == nil {
 			mountedAtCancel, _ = mountinfo.Under(filepath.Join(data, "templates", ".layers"))

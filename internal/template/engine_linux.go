@@ -189,17 +189,23 @@ func (b *Builder) buildDerived(ctx context.Context, log *slog.Logger, rep *repor
 			err = errors.Join(err, rerr)
 		}
 	}()
+	final := spec
+	final.User, final.Workdir, final.Env = st.finalUser, st.finalWorkdir, st.env
+	// A template that sets none of them runs its From's, as E2B's does.
+	if final.StartCmd == "" && final.ReadyPort == 0 && final.ReadyCmd == "" {
+		final.StartCmd, final.ReadyPort, final.ReadyCmd = from.Spec.StartCmd, from.Spec.ReadyPort, from.Spec.ReadyCmd
+	}
+	if final.ReadyCmd != "" {
+		if err := b.checkReady(ctx, log, rep, st, final, filepath.Join(tmp, "ready")); err != nil {
+			return nil, err
+		}
+	}
 	rootfs := filepath.Join(tmp, "rootfs")
 	t0 := time.Now()
 	if err := flatten(rootfs, append([]string{from.RootFS}, st.layers...)); err != nil {
 		return nil, fmt.Errorf("flattening layers: %w", err)
 	}
 	log.Info("layers flattened", "layers", len(st.layers)+1, "took", time.Since(t0).Round(time.Millisecond))
-	final := spec
-	final.User, final.Workdir, final.Env = st.finalUser, st.finalWorkdir, st.env
-	if final.StartCmd == "" && final.ReadyPort == 0 {
-		final.StartCmd, final.ReadyPort = from.Spec.StartCmd, from.Spec.ReadyPort
-	}
 	if err := finishRootfs(rootfs, final, id, hash); err != nil {
 		return nil, err
 	}
@@ -555,12 +561,4 @@ func aptInstallCommand(pkgs []string) string {
 		"apt-get -q -y --no-install-recommends -o Dpkg::Use-Pty=0 " +
 		"-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold install " + strings.Join(sorted, " ") +
 		" && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb"
-}
-
-func shorten(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > n {
-		return s[:n-3] + "..."
-	}
-	return s
 }

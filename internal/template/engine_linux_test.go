@@ -38,7 +38,7 @@ func (r *recorder) WithGroup(string) slog.Handler            { return r }
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 	lr := logRecord{msg: rec.Message, step: -1}
 	rec.Attrs(func(a slog.Attr) bool {
-		if a.Key == "step" {
+		if a.Key == "step" && a.Value.Kind() == slog.KindInt64 {
 			lr.step = a.Value.Int64()
 		}
 		return true

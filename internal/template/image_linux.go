@@ -88,7 +88,7 @@ func (b *Builder) imageBase(ctx context.Context, ref string, auth *oci.Auth) (_ 
 	}()
 
 	start := time.Now()
-	rep := newReporter(b.Progress, "image", 1, b.hook)
+	rep := newReporter(b.Progress, "image", 1, b.OnProgress)
 	rep.startStage("unpack " + shorten(ref, 60))
 	rep.update(Event{Phase: "unpacking", Percent: -1})
 	defer func() {

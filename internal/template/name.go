@@ -4,3 +4,12 @@ package template
 // starting with a letter or digit, as [Spec.Validate] requires. Front ends
 // check names they are given before building a spec from them.
 func ValidName(s string) bool { return nameRE.MatchString(s) }
+
+// NameOf returns the name of the template ref refers to: the name part of
+// a template ID (name-<12 hex digits>), else ref itself.
+func NameOf(ref string) string {
+	if idRE.MatchString(ref) {
+		return ref[:len(ref)-13]
+	}
+	return ref
+}

@@ -80,6 +80,14 @@ type Spec struct {
 	// ReadyPort, when set, is where that service listens: a create
 	// returns only once something in the sandbox accepts connections there.
 	ReadyPort int `json:"readyPort,omitempty"`
+	// ReadyCmd, when set, is a shell command (bash -l -c, as root) that
+	// exits 0 once a sandbox of the template is ready, such as what the
+	// Template SDK's waitForURL, waitForFile or waitForProcess produce. It
+	// is polled after the start command, at build (the template is only
+	// built when it succeeds within Builder.ReadyTimeout, as E2B's builder
+	// checks it) and in every new sandbox (a create returns once it
+	// succeeds). It and ReadyPort are alternatives.
+	ReadyCmd string `json:"readyCmd,omitempty"`
 }
 
 // DiskIO is a disk I/O quota per sandbox, each way, in MiB/s and I/O
@@ -217,6 +225,12 @@ func (s Spec) Validate() error {
 	}
 	if s.ReadyPort < 0 || s.ReadyPort > 65535 || (s.ReadyPort != 0 && s.StartCmd == "") {
 		return fmt.Errorf("template %s: ready port %d: want 1-65535, with a start command", s.Name, s.ReadyPort)
+	}
+	if s.ReadyCmd != "" && s.ReadyPort != 0 {
+		return fmt.Errorf("template %s: a ready port and a ready command at once: give one", s.Name)
+	}
+	if strings.ContainsRune(s.StartCmd, 0) || strings.ContainsRune(s.ReadyCmd, 0) {
+		return fmt.Errorf("template %s: the start or ready command contains a NUL byte", s.Name)
 	}
 	if s.BandwidthMbit < 0 {
 		return fmt.Errorf("template %s: bandwidth %g Mbit/s is negative", s.Name, s.BandwidthMbit)

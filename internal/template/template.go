@@ -78,11 +78,17 @@ type Builder struct {
 	// BuildTimeout bounds the build of one template (not the template it
 	// starts from, which is a build of its own); zero: no bound.
 	BuildTimeout time.Duration
+	// ReadyTimeout bounds how long a build waits for its template's ready
+	// command (Spec.ReadyCmd) to succeed; zero: DefaultReadyTimeout.
+	ReadyTimeout time.Duration
 
-	// Test seams: bootstrap replaces the debootstrap stage; hook sees
-	// every progress event.
+	// OnProgress, when set, sees every progress event of a build: the
+	// stage and what it is doing (the server shows it to the creates of
+	// a built-in template it builds on demand).
+	OnProgress func(stage string, ev Event)
+
+	// Test seam: bootstrap replaces the debootstrap stage.
 	bootstrap func(ctx context.Context, rootfs string, spec Spec) error
-	hook      func(stage string, ev Event)
 }
 
 func (b *Builder) logger() *slog.Logger {
@@ -211,7 +217,7 @@ func (b *Builder) reportCached(spec Spec, t *Template) {
 		return
 	}
 	log := b.logger().With("template", t.ID)
-	rep := newReporter(b.Progress, spec.Name, len(spec.Instructions), b.hook)
+	rep := newReporter(b.Progress, spec.Name, len(spec.Instructions), b.OnProgress)
 	for i, in := range spec.Instructions {
 		log.Info(in.String(), "step", i+1)
 		log.Info("cached", "step", i+1)

@@ -1,8 +1,8 @@
 // Package tlsca keeps the small certificate authority that `serve --tls`
 // uses: a CA created once under the data directory, whose certificate users
 // hand to their clients (NODE_EXTRA_CA_CERTS), and a server certificate for
-// the domain and every name under it, reissued when the domain changes or
-// the certificate nears expiry.
+// the domain, every name under it and the listen address, reissued when
+// one of those changes or the certificate nears expiry.
 package tlsca
 
 import (
@@ -80,16 +80,30 @@ func (ca *CA) create() error {
 }
 
 // ServerCertificate returns a certificate for domain and *.domain (the port
-// of a "host:port" domain is ignored), reusing the one on disk when it still
-// fits.
-func (ca *CA) ServerCertificate(domain string) (tls.Certificate, error) {
+// of a "host:port" domain is ignored) and for each of hosts, the other
+// names and IP addresses clients reach the server by (the listen address,
+// for header routing), reusing the one on disk when it still fits.
+func (ca *CA) ServerCertificate(domain string, hosts ...string) (tls.Certificate, error) {
 	host := domain
 	if h, _, err := net.SplitHostPort(domain); err == nil {
 		host = h
 	}
 	names := []string{host, "*." + host}
+	var ips []net.IP
+	if host == "localhost" {
+		ips = append(ips, net.IPv4(127, 0, 0, 1), net.IPv6loopback)
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			if !slices.ContainsFunc(ips, ip.Equal) {
+				ips = append(ips, ip)
+			}
+		} else if !slices.Contains(names, h) {
+			names = append(names, h)
+		}
+	}
 	certPath, keyPath := filepath.Join(ca.dir, "server.pem"), filepath.Join(ca.dir, "server-key.pem")
-	if cert, err := tls.LoadX509KeyPair(certPath, keyPath); err == nil && fits(cert, names) {
+	if cert, err := tls.LoadX509KeyPair(certPath, keyPath); err == nil && fits(cert, names, ips) {
 		return cert, nil
 	}
 	caCert, err := tls.LoadX509KeyPair(ca.CertPath(), ca.keyPath())
@@ -113,9 +127,7 @@ func (ca *CA) ServerCertificate(domain string) (tls.Certificate, error) {
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
-	if host == "localhost" {
-		tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
-	}
+	tmpl.IPAddresses = ips
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, caX509, &key.PublicKey, caCert.PrivateKey)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("signing server certificate for %s: %w", host, err)
@@ -129,12 +141,13 @@ func (ca *CA) ServerCertificate(domain string) (tls.Certificate, error) {
 	return tls.LoadX509KeyPair(certPath, keyPath)
 }
 
-func fits(cert tls.Certificate, names []string) bool {
+func fits(cert tls.Certificate, names []string, ips []net.IP) bool {
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
 		return false
 	}
-	return slices.Equal(leaf.DNSNames, names) && time.Since(leaf.NotBefore) < leafRenewAfter
+	return slices.Equal(leaf.DNSNames, names) && slices.EqualFunc(leaf.IPAddresses, ips, net.IP.Equal) &&
+		time.Since(leaf.NotBefore) < leafRenewAfter
 }
 
 func serial() *big.Int {

@@ -29,11 +29,12 @@
 // minutes in CI (its suites took 88–122 s on a loaded 2-core host, the
 // core files alone 22–29 s).
 // SDK_TEST_BACKEND=gvisor does the same against `serve --backend gvisor`
-// (data dir AGENT_SANDBOX_TEST_GVISOR_DATA_DIR) with the core files and
-// concurrency 3.
+// (data dir AGENT_SANDBOX_TEST_GVISOR_DATA_DIR) with the core files, the
+// code interpreter's and concurrency 3.
 
 import { randomBytes } from 'node:crypto'
-import { readdirSync, writeFileSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import { existsSync, mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
@@ -59,11 +60,12 @@ const CORE_FILES = ['lifecycle', 'router', 'ports']
 /**
  * What a backend other than the jail runs by default: the core, and on the
  * vm the lifecycle files too, which its memory snapshots make behave
- * otherwise than on the jail.
+ * otherwise than on the jail; on gvisor the code interpreter's, whose
+ * kernels are the heaviest users of its system call interface.
  */
 const BACKEND_FILES = {
   vm: [...CORE_FILES, 'fork', 'snapshots', 'autopause', 'pause-disk', 'volumes'],
-  gvisor: CORE_FILES,
+  gvisor: [...CORE_FILES, 'codeinterp'],
 }
 /**
  * Server files that need a server of their own, started with these flags,
@@ -77,6 +79,20 @@ const SOLO_FILES = {
   // Every pause that keeps memory goes to disk at once where the backend can.
   'pause-disk': { flags: ['--pause-in-ram', '0'], backends: ['jail', 'vm'] },
 }
+/**
+ * Server files that need a server of their own on a fresh data dir (as a
+ * new user's first `serve`), started with these flags, after the solo
+ * files. The dir is seeded with hard links to the shared data dir's
+ * complete base template and cached build layers (as the Makefile's
+ * seed_base does), so that nothing is debootstrapped again and a built-in
+ * template's first build takes seconds, not minutes; it holds no other
+ * template. It is made anew for each run and removed after.
+ */
+const FRESH_FILES = {
+  'builtin-on-demand': [],
+}
+/** node:test's per-file timeout for FRESH_FILES: a build from nothing cached takes minutes. */
+const FRESH_FILE_TIMEOUT_MS = 20 * 60_000
 /** Metadata key every server-suite sandbox carries (see server/helpers.mjs). */
 const RUN_META_KEY = 'sdkTestRun'
 
@@ -199,18 +215,18 @@ function setupFailure(name, err) {
  * Server suite, one mode: start `agent-sandbox serve`, run the files with
  * the SDK pointed at it, kill leftover sandboxes, stop the server.
  */
-async function runServerMode(mode, files, flags = []) {
+async function runServerMode(mode, files, flags = [], { dataDir = serverDataDir(BACKEND), timeout = SERVER_FILE_TIMEOUT_MS } = {}) {
   const tags = [BACKEND === 'jail' ? '' : BACKEND, mode, flags.join(' ')].filter(Boolean)
   const label = `server[${tags.join(',')}] `
-  console.log(`\n=== server suite, ${BACKEND} backend, ${mode} mode${flags.length ? `, ${flags.join(' ')}` : ''} (data dir ${serverDataDir(BACKEND)}) ===`)
+  console.log(`\n=== server suite, ${BACKEND} backend, ${mode} mode${flags.length ? `, ${flags.join(' ')}` : ''} (data dir ${dataDir}) ===`)
   // The registry the fromImage tests may pull from: on loopback, so the
   // server reaches it only because --registry allows it.
   const registry = await startRegistry({ 'x:latest': imageOf(TEST_IMAGE_FILES) })
   let server
   try {
     // A server of its own builds no templates but base.
-    const templates = flags.length ? { templates: [] } : {}
-    server = await startServer({ mode, backend: BACKEND, extraArgs: ['--registry', registry.host, ...flags], ...templates })
+    const templates = flags.length || dataDir !== serverDataDir(BACKEND) ? { templates: [] } : {}
+    server = await startServer({ mode, backend: BACKEND, dataDir, extraArgs: ['--registry', registry.host, '--build-ready-timeout', '20s', ...flags], ...templates })
   } catch (err) {
     await registry.close()
     console.error(`server (${mode}) setup failed: ${err.message}`)
@@ -237,8 +253,9 @@ async function runServerMode(mode, files, flags = []) {
       SDK_TEST_RUN: runTag,
       SDK_TEST_REGISTRY: registry.host,
       SDK_TEST_DATA_DIR: server.dataDir,
+      SDK_TEST_PRINTED_ENV: JSON.stringify(server.printedEnv),
     })
-    result = await runTests(files, { concurrency: SERVER_CONCURRENCY, timeout: SERVER_FILE_TIMEOUT_MS, label })
+    result = await runTests(files, { concurrency: SERVER_CONCURRENCY, timeout, label })
     console.log(`server suite (${mode}) took ${((Date.now() - t0) / 1000).toFixed(0)} s`)
 
     const left = await killTaggedSandboxes(server, RUN_META_KEY, runTag)
@@ -262,9 +279,11 @@ async function runServerSuite(areas) {
   if (!['jail', 'gvisor', 'vm'].includes(BACKEND)) throw new Error(`unknown SDK_TEST_BACKEND '${BACKEND}' (jail, gvisor, vm)`)
   const coreOnly = BACKEND !== 'jail'
   const soloOf = (f) => SOLO_FILES[basename(f, '.test.mjs')]
+  const isFresh = (f) => basename(f, '.test.mjs') in FRESH_FILES
   const files = testFiles(SERVER_TEST_DIR, coreOnly && areas.length === 0 ? BACKEND_FILES[BACKEND] : areas)
-  const shared = files.filter((f) => !soloOf(f))
+  const shared = files.filter((f) => !soloOf(f) && !isFresh(f))
   const solo = files.filter((f) => soloOf(f)?.backends.includes(BACKEND))
+  const fresh = coreOnly ? [] : files.filter(isFresh)
   for (const a of areas) {
     const s = SOLO_FILES[basename(a, '.test.mjs')]
     if (s && !s.backends.includes(BACKEND)) throw new Error(`server/${a} runs on the ${s.backends.join(' and ')} backend only, not ${BACKEND}`)
@@ -279,7 +298,39 @@ async function runServerSuite(areas) {
   for (const f of solo) {
     results.push(await runServerMode('header', [f], [...soloOf(f).flags, '--warm-pool', 'none']))
   }
+  for (const f of fresh) {
+    const dataDir = `${serverDataDir(BACKEND)}-fresh`
+    try {
+      seedFreshDataDir(serverDataDir(BACKEND), dataDir)
+      results.push(await runServerMode('header', [f], FRESH_FILES[basename(f, '.test.mjs')], { dataDir, timeout: FRESH_FILE_TIMEOUT_MS }))
+    } finally {
+      rmSync(dataDir, { recursive: true, force: true })
+    }
+  }
   return results
+}
+
+/**
+ * Makes dst a fresh data dir holding only hard links to src's complete
+ * base templates (with a template.json) and complete build layers (with a
+ * layer.json), which builds only ever read.
+ */
+function seedFreshDataDir(src, dst) {
+  rmSync(dst, { recursive: true, force: true })
+  const links = [
+    ['base', 'template.json'],
+    ['.layers', 'layer.json'],
+  ]
+  for (const [sub, marker] of links) {
+    const from = join(src, 'templates', sub)
+    const to = join(dst, 'templates', sub)
+    mkdirSync(to, { recursive: true })
+    if (!existsSync(from)) continue
+    for (const entry of readdirSync(from)) {
+      if (existsSync(join(from, entry, marker))) execFileSync('cp', ['-al', join(from, entry), to])
+    }
+  }
+  console.log(`seeded ${dst} with hard links to ${src}'s base template and build layers`)
 }
 
 function merge(results) {

@@ -94,7 +94,9 @@ function tlsHealth(port, host, caPath) {
 
 /**
  * Starts `agent-sandbox serve` and waits (up to 20 min: the first start builds
- * the base, code-interpreter-v1, desktop and browser templates) for GET /health → 204, printing progress every ~20 s.
+ * the base template, then in the background code-interpreter-v1, desktop and
+ * browser) for GET /health → 204 and then for GET /templates to list each of
+ * templates as ready, printing progress every ~20 s.
  *
  * mode 'header': plain HTTP, SDK env E2B_API_URL=E2B_SANDBOX_URL=E2B_VOLUME_API_URL=
  *   http://127.0.0.1:<port> (the volume content API takes its own URL: without
@@ -102,13 +104,14 @@ function tlsHealth(port, host, caPath) {
  * mode 'tls': --tls --domain sandbox.test:<port>, SDK env E2B_DOMAIN only, plus
  *   NODE_EXTRA_CA_CERTS=<data-dir>/tls/ca.pem.
  *
- * backend ('jail', 'gvisor' or 'vm') is passed as --backend; 'vm' and
- * 'gvisor' build base only (templates: the built-ins besides base, the jail
- * suite's by default).
+ * backend ('jail', 'gvisor' or 'vm') is passed as --backend; 'vm' builds
+ * base only, 'gvisor' base and code-interpreter-v1 (templates: the built-ins
+ * besides base, the jail suite's by default).
  *
  * extraArgs are appended to the serve command line.
  *
- * Returns { mode, url, port, pid, apiKey, dataDir, caPath, domain, env, stop(), output() }.
+ * Returns { mode, url, port, pid, apiKey, dataDir, caPath, domain, env, printedEnv, stop(), output() };
+ * printedEnv is the header-routing environment the server printed.
  * env is what the test processes need (E2B_* and NODE_EXTRA_CA_CERTS; the
  * runner adds the DNS preload).
  */
@@ -118,7 +121,7 @@ export async function startServer({
   port,
   dataDir = serverDataDir(backend),
   apiKey = newApiKey(),
-  templates = backend === 'jail' ? ['code-interpreter-v1', 'desktop', 'browser'] : [],
+  templates = { jail: ['code-interpreter-v1', 'desktop', 'browser'], gvisor: ['code-interpreter-v1'] }[backend] ?? [],
   extraArgs = [],
 } = {}) {
   const bin = resolveServerBin()
@@ -182,9 +185,71 @@ export async function startServer({
     ? { E2B_DOMAIN: domain, E2B_API_KEY: apiKey, NODE_EXTRA_CA_CERTS: caPath }
     : { E2B_API_URL: url, E2B_SANDBOX_URL: url, E2B_VOLUME_API_URL: url, E2B_DOMAIN: domain, E2B_API_KEY: apiKey }
 
-  const server = { mode, backend, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, stop, output }
+  let printedEnv
+  try {
+    printedEnv = await waitPrintedEnv(output)
+  } catch (err) {
+    await stop()
+    throw new Error(`${name}: ${err.message}\n--- server output ---\n${output()}`)
+  }
+  const server = { mode, backend, url, port, pid: child.pid, apiKey, dataDir, caPath, domain, env, printedEnv, stop, output }
   server.api = (method, path, body) => apiRequest(server, method, path, body)
+  try {
+    await waitTemplates(server, templates, { name, child, deadline })
+  } catch (err) {
+    await stop()
+    throw err
+  }
   return server
+}
+
+/**
+ * The header-routing environment the server prints once it is ready
+ * ("Point the E2B SDK at it …": the `export K=V` lines up to the blank line
+ * after them), as { K: V }; waits up to 10 s for it to be printed.
+ */
+async function waitPrintedEnv(output) {
+  const deadline = Date.now() + 10_000
+  for (;;) {
+    const out = output()
+    const at = out.indexOf('Point the E2B SDK at it')
+    const block = at < 0 ? '' : out.slice(at).split('\n\n')[1] ?? ''
+    const env = Object.fromEntries([...block.matchAll(/^\s*export (\w+)=(.*)$/gm)].map((m) => [m[1], m[2]]))
+    if (env.E2B_API_URL) return env
+    if (Date.now() > deadline) throw new Error('printed no header-routing environment ("Point the E2B SDK at it", export E2B_API_URL=…)')
+    await sleep(100)
+  }
+}
+
+/**
+ * Waits until GET /templates lists every one of templates (built-in ones
+ * the server builds in the background once it is up) as ready, printing
+ * the server's latest progress line every ~20 s; throws when one's build
+ * failed or the server exited.
+ */
+async function waitTemplates(server, templates, { name, child, deadline }) {
+  if (!templates.length) return
+  const started = Date.now()
+  let nextProgress = started + PROGRESS_EVERY_MS
+  for (;;) {
+    const exited = child.exited()
+    if (exited) throw new Error(`${name} exited while building ${templates.join(', ')}\n--- server output ---\n${server.output()}`)
+    const res = await server.api('GET', '/templates')
+    if (res.status !== 200) throw new Error(`GET /templates: ${res.status} ${JSON.stringify(res.body)}`)
+    const status = Object.fromEntries(res.body.map((t) => [t.templateID, t.buildStatus]))
+    const failed = templates.filter((t) => status[t] === 'error')
+    if (failed.length) throw new Error(`${name}: building ${failed.join(', ')} failed\n--- server output ---\n${server.output()}`)
+    const waiting = templates.filter((t) => status[t] !== 'ready')
+    if (!waiting.length) break
+    const now = Date.now()
+    if (now > deadline) throw new Error(`${name}: ${waiting.join(', ')} not built after ${HEALTH_TIMEOUT_MS / 1000} s\n--- server output ---\n${server.output()}`)
+    if (now >= nextProgress) {
+      nextProgress = now + PROGRESS_EVERY_MS
+      console.log(`  … ${Math.round((now - started) / 1000)} s, building ${waiting.join(', ')}; server: ${child.lastLine()}`)
+    }
+    await sleep(1_000)
+  }
+  console.log(`${name}: ${templates.join(', ')} built after ${((Date.now() - started) / 1000).toFixed(1)} s`)
 }
 
 /** How long startServer waits for another process to let go of the host's sandbox networking. */

@@ -99,6 +99,18 @@ type harness struct {
 // vm reports whether the sandboxes are VMs.
 func (h *harness) vm() bool { return h.setup.backend == sandboxtest.VM }
 
+// gvisor reports whether the sandboxes are gVisor's.
+func (h *harness) gvisor() bool { return h.setup.backend == sandboxtest.Gvisor }
+
+// orGvisor is what a case expects under gVisor, whose kernel answers
+// some attacks otherwise than Linux does, or else.
+func (h *harness) orGvisor(other, gvisor string) string {
+	if h.gvisor() {
+		return gvisor
+	}
+	return other
+}
+
 // by is what a case expects in a jail with user namespaces, in one
 // without, and in a VM (its own kernel, whose root holds the bounding
 // set's capabilities over it, in no user namespace).
@@ -407,11 +419,24 @@ func (h *harness) cgroupFile(sb store.Sandbox, controller, file string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// endedWhy waits up to 30 s for sb to end by itself and returns the
+// manager's error for it, which says when and why it ended.
+func (h *harness) endedWhy(sb store.Sandbox) string {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := h.m.Get(context.Background(), sb.ID)
+		if err != nil || time.Now().After(deadline) {
+			return fmt.Sprintf("the manager: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 // envdRSS is the resident memory of envd in sb, in bytes (0 if not
-// found): read from the host in the jail, and in a VM, where envd's
-// memory is the guest's, by the probe as root.
+// found): read from the host in the jail, and in a VM or gVisor, where
+// envd's memory is the guest's or the sentry's, by the probe as root.
 func (h *harness) envdRSS(sb store.Sandbox) int64 {
-	if h.vm() {
+	if h.vm() || h.gvisor() {
 		var n int64
 		fmt.Sscanf(h.probe(sb, "root", "rss", "envd"), "ok %d", &n)
 		return n

@@ -21,6 +21,13 @@ import (
 // the jail's filter (and is never executed: the notifier answers it with
 // ECHRNG), and one that fails without reaching it was refused by the
 // jail's filter, with the errno the caller saw.
+//
+// gVisor's kernel has no notifiers (installing one fails with EINVAL).
+// There the probe's filter answers SECCOMP_RET_TRACE, which the jail's
+// ERRNO also wins over and which, with no tracer attached, fails the call
+// with ENOSYS without running it: a call that fails with ENOSYS passed
+// the jail's filter. (clone3, which the filter itself answers with
+// ENOSYS, cannot be told apart this way.)
 const passedFilter = "passed the jail's seccomp filter (reached the probe's notifier)"
 
 // attackNr is the syscall each attack of syscallAttack makes, which the
@@ -65,7 +72,12 @@ func sysOracle(name string) (string, error) {
 		// Never unlocked: the thread carries the probe's filter and ends
 		// with this goroutine, so that no other code runs under it.
 		runtime.LockOSThread()
-		listener, err := installNotifier(nr)
+		listener, err := installOracle(nr, unix.SECCOMP_RET_USER_NOTIF, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+		if errors.Is(err, unix.EINVAL) {
+			out, err := traceOracle(name, nr)
+			ch <- result{out, err}
+			return
+		}
 		if err != nil {
 			ch <- result{err: fmt.Errorf("installing the probe's notifier: %w", err)}
 			return
@@ -85,13 +97,27 @@ func sysOracle(name string) (string, error) {
 	return r.out, r.err
 }
 
-// installNotifier stacks on the calling thread a seccomp filter that sends
-// syscall nr to the returned listener and allows everything else.
-func installNotifier(nr uintptr) (int, error) {
+// traceOracle makes the attack name on the calling thread, whose own
+// filter answers syscall nr with SECCOMP_RET_TRACE: see passedFilter.
+func traceOracle(name string, nr uintptr) (string, error) {
+	if _, err := installOracle(nr, unix.SECCOMP_RET_TRACE, 0); err != nil {
+		return "", fmt.Errorf("installing the probe's tracing filter: %w", err)
+	}
+	out, err := syscallAttack(name)
+	if errors.Is(err, unix.ENOSYS) {
+		return passedFilter, nil
+	}
+	return out, err
+}
+
+// installOracle stacks on the calling thread a seccomp filter that answers
+// syscall nr with action and allows everything else; with
+// SECCOMP_FILTER_FLAG_NEW_LISTENER it returns the notifier's listener.
+func installOracle(nr uintptr, action uint32, flags uintptr) (int, error) {
 	raw, err := bpf.Assemble([]bpf.Instruction{
 		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1},
-		bpf.RetConstant{Val: unix.SECCOMP_RET_USER_NOTIF},
+		bpf.RetConstant{Val: action},
 		bpf.RetConstant{Val: unix.SECCOMP_RET_ALLOW},
 	})
 	if err != nil {
@@ -106,8 +132,7 @@ func installNotifier(nr uintptr) (int, error) {
 		return -1, fmt.Errorf("no_new_privs: %w", err)
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	fd, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&prog)))
+	fd, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
 	if errno != 0 {
 		return -1, errno
 	}

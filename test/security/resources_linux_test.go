@@ -52,6 +52,20 @@ func forkBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 			strings.TrimSpace(string(b)), h.cgroupFile(sb, "pids", "pids.current"), h.cgroupFile(sb, "pids", "pids.max"), code, err)
 	}, "fork", "5000", "4")
 	after := h.probe(sb, "user", "stat", "/")
+	if h.gvisor() {
+		// Under the ptrace platform every process of the sandbox has a
+		// host stub process in the sandbox's group: the group's pids
+		// limit stops the bomb, and the sentry, which cannot make a stub,
+		// ends the sandbox.
+		ended := h.endedWhy(sb)
+		next := h.create("")
+		code, err := h.health(next)
+		tb.add(t, outcome{attack: "fork bomb (5000 children)", as: "user",
+			expected:  "the host group's pids limit stops it and gVisor's kernel ends the sandbox; the next sandbox starts and answers",
+			observed:  fmt.Sprintf("%s; afterwards: %s; %s; the next sandbox's /health %d %v", during, after, ended, code, err),
+			contained: strings.Contains(ended, "it ended at") && err == nil && code/100 == 2})
+		return
+	}
 	tb.add(t, outcome{attack: "fork bomb (5000 children)", as: "user",
 		expected:  "forks (the control: 100 or more children), then EAGAIN at the pids limit; envd answers; commands run afterwards",
 		observed:  fmt.Sprintf("%s; afterwards: %s", during, after),
@@ -91,6 +105,10 @@ func memoryBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 	// The control: a fresh sandbox has no OOM kill yet, so the one after
 	// is this bomb's.
 	before := kills()
+	if h.gvisor() {
+		gvisorMemoryBomb(t, h, tb, sb, before, peakFile, limitFile)
+		return
+	}
 	r := h.run(sb, "user", "alloc", strconv.Itoa(4*memoryMB))
 	after := kills()
 	hostKills := oomKillCount(h.cgroupFile(sb, "memory", oomFile))
@@ -105,6 +123,29 @@ func memoryBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		contained: strings.Contains(r.status, "killed") && before == "0" && after == "1" && (!h.vm() || hostKills == "0") &&
 			err == nil && code/100 == 2 && gerr == nil && rec.State == store.StateRunning &&
 			limit > 0 && limit <= maxLimit && peak > 0 && peak <= limit+oomSlack})
+}
+
+// gVisorSentryMB is what the gvisor backend lets the sentry use beyond
+// the sandbox's memory in its group.
+const gvisorSentryMB = 64
+
+// gvisorMemoryBomb: gVisor's kernel does not keep its processes within
+// the group's limit, so the host's OOM killer ends the sandbox as a
+// whole, with reason oom; the group stays within its limit.
+func gvisorMemoryBomb(t *testing.T, h *harness, tb *table, sb store.Sandbox, before, peakFile, limitFile string) {
+	peaks := newPeak(func() (int64, int64) {
+		peak, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", peakFile), 10, 64)
+		limit, _ := strconv.ParseInt(h.cgroupFile(sb, "memory", limitFile), 10, 64)
+		return peak, limit
+	})
+	r := h.run(sb, "user", "alloc", strconv.Itoa(4*memoryMB))
+	ended := h.endedWhy(sb)
+	peak, limit := peaks.stop()
+	tb.add(t, outcome{attack: fmt.Sprintf("memory bomb (%d MB in a %d MB sandbox)", 4*memoryMB, memoryMB), as: "user",
+		expected: fmt.Sprintf("the host's OOM killer ends the sandbox (reason oom); its group stays within its limit (the sandbox's memory + %d MiB for the sentry, +1 MiB)", gvisorSentryMB),
+		observed: fmt.Sprintf("%q exit %d (%s); oom_kill %s before; %s; group peak %d of %d bytes", r.out, r.exit, r.status, before, ended, peak, limit),
+		contained: before == "0" && strings.Contains(ended, "oom") &&
+			limit > 0 && limit <= int64(memoryMB+gvisorSentryMB)<<20 && peak > 0 && peak <= limit+oomSlack})
 }
 
 // oomKillCount is the oom_kill count in a memory.oom_control or
@@ -184,12 +225,20 @@ func fdFlood(t *testing.T, h *harness, tb *table, sb store.Sandbox) {
 		if strings.Contains(r.status, "killed") {
 			got = "killed (" + r.status + ") before reaching the limit, by the memory limit"
 		}
+		// gVisor's open files are its kernel's memory: past the group's
+		// limit the host's OOM killer ends the sandbox (memoryBomb).
+		oomEnded := false
+		if h.gvisor() && r.err != nil {
+			got = fmt.Sprintf("%v; %s", r.err, h.endedWhy(sb))
+			oomEnded = strings.HasSuffix(got, "(oom)")
+		}
 		var n int
 		fmt.Sscanf(got, "ok opened %d", &n)
 		bounded := n >= 1000 && strings.Contains(got, "then EMFILE") && strings.HasSuffix(got, "raising it: EPERM")
 		tb.add(t, outcome{attack: "open-files flood (raise RLIMIT_NOFILE, open until failure)", as: u,
-			expected: "opens (the control: ≥ 1000), then EMFILE at the hard limit (raising it EPERM), or the memory limit first",
-			observed: got, contained: r.err == nil && (bounded || strings.Contains(r.status, "killed"))})
+			expected: h.orGvisor("opens (the control: ≥ 1000), then EMFILE at the hard limit (raising it EPERM), or the memory limit first",
+				"opens (the control: ≥ 1000), then EMFILE at the hard limit (raising it EPERM), or the memory limit first (the sandbox ends, reason oom)"),
+			observed: got, contained: oomEnded || r.err == nil && (bounded || strings.Contains(r.status, "killed"))})
 	}
 }
 

@@ -1,25 +1,27 @@
 // kernel.js is the JavaScript runtime of the code interpreter: a persistent
 // Node.js process that runs cells in its own global scope, so variables,
-// functions and required modules carry over from one cell to the next.
+// functions and imported modules carry over from one cell to the next.
 //
-// Protocol (JSON lines): requests arrive on fd 3, messages go out on fd 4.
-//   {type:"execute", id, code}  ->  count, stdout/stderr, result, error..., end
-//   {type:"setenv", id, vars}   ->  {type:"env", id, prev}  (a null value deletes)
+// It speaks the kernel protocol of ProcessRuntime (process.go): requests
+// on fd 3, messages on fd 4, JSON lines.
 // process.stdout/stderr.write (and so console.*) are turned into stdout and
 // stderr messages of the running cell. Before "end" the kernel writes a
 // marker line (mark + id) to the real fds 1 and 2, so the server knows that
 // what child processes wrote there before has arrived.
 //
-// Cells are rewritten with acorn (Node's internal copy, hence
+// Cells arrive with their TypeScript types already stripped by the server.
+// They are rewritten with acorn (Node's internal copy, hence
 // --expose-internals) so that top-level let/const/class become var and can
-// be declared again by a later cell, and so that top-level await (and
-// import declarations, turned into dynamic imports) work: such a cell runs
-// as an async function whose top-level declarations are hoisted to globals.
-// The value of the last expression is the result, shown with util.inspect.
+// be declared again by a later cell, and so that top-level await and import
+// declarations work: a cell with either runs as an async function whose
+// top-level declarations are hoisted to globals, and every import, a
+// declaration or an import() expression, goes through importModule, which
+// resolves the specifier from the current working directory (vm scripts
+// cannot import by themselves in Node 18). The value of the last
+// expression is the result, shown with util.inspect.
 //
 // SIGINT interrupts: a synchronous cell through vm's breakOnSigint, an
-// awaiting one by abandoning the await. TypeScript is run as it is: Node 20
-// cannot strip types.
+// awaiting one by abandoning the await.
 'use strict';
 
 (function kernel() {
@@ -27,14 +29,15 @@
   const net = require('net');
   const path = require('path');
   const readline = require('readline');
+  const url = require('url');
   const util = require('util');
   const vm = require('vm');
   const Module = require('module');
 
   const IN_FD = 3;
   const OUT_FD = 4;
-  const mark = '\x1e' + process.env.E2B_KERNEL_MARK + ':';
-  delete process.env.E2B_KERNEL_MARK;
+  // The mark is the one argument (node -e SCRIPT MARK), kept out of argv.
+  const mark = '\x1e' + process.argv.splice(1, 1)[0] + ':';
 
   let acorn = null;
   let walk = null;
@@ -65,7 +68,6 @@
   // The cell being run; output outside a cell is dropped, as Jupyter drops
   // output whose parent request has ended.
   let current = null;
-  let count = 0;
   let interruptAwait = null;
 
   function hook(stream, type) {
@@ -151,6 +153,40 @@
     return out;
   }
 
+  // importModule imports a module as an import in a file of the current
+  // working directory would: relative paths from it, packages from its
+  // node_modules and Node's global folders. What require cannot resolve
+  // (an ESM-only package) goes to import() as it is, which says what is
+  // missing.
+  const IMPORT = '__e2b_import';
+  function importModule(specifier) {
+    let target = String(specifier);
+    try {
+      const resolved = Module.createRequire(path.join(process.cwd(), '[cell].js')).resolve(target);
+      target = path.isAbsolute(resolved) ? url.pathToFileURL(resolved).href : resolved;
+    } catch {
+      // Left to import().
+    }
+    return import(target);
+  }
+  Object.defineProperty(globalThis, IMPORT, { value: importModule });
+
+  // importCalls turns every import() expression into a call of
+  // importModule; it returns the code unchanged when there is none.
+  function importCalls(code, ast) {
+    const starts = [];
+    walk.simple(ast, {
+      ImportExpression(node) {
+        starts.push(node.start);
+      },
+    });
+    let out = code;
+    for (const start of starts.sort((a, b) => b - a)) {
+      out = out.slice(0, start) + IMPORT + out.slice(start + 'import'.length);
+    }
+    return out;
+  }
+
   // rewrite returns the code to run and whether it evaluates to a promise
   // of {value} (an async cell).
   function rewrite(code) {
@@ -158,6 +194,11 @@
     let ast;
     try {
       ast = parse(code);
+      const direct = importCalls(code, ast);
+      if (direct !== code) {
+        code = direct;
+        ast = parse(code);
+      }
     } catch {
       return { code, async: false }; // let V8 report the syntax error
     }
@@ -199,7 +240,7 @@
           break;
         case 'ImportDeclaration': {
           const tmp = `__e2b_import_${imports++}`;
-          const parts = [`const ${tmp} = await import(${JSON.stringify(node.source.value)});`];
+          const parts = [`const ${tmp} = await ${IMPORT}(${JSON.stringify(node.source.value)});`];
           for (const s of node.specifiers) {
             hoisted.push(s.local.name);
             if (s.type === 'ImportDefaultSpecifier') parts.push(`${s.local.name} = ${tmp}.default;`);
@@ -239,18 +280,13 @@
   }
 
   const runOptions = { breakOnSigint: true, displayErrors: false };
-  if (vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER) {
-    runOptions.importModuleDynamically = vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER;
-  }
 
   async function execute(msg) {
     const id = msg.id;
     current = id;
-    count++;
-    send({ type: 'count', id, count });
     try {
       const cell = rewrite(msg.code);
-      let value = vm.runInThisContext(cell.code, { ...runOptions, filename: `<cell ${count}>` });
+      let value = vm.runInThisContext(cell.code, { ...runOptions, filename: `<cell ${msg.count}>` });
       if (cell.async) {
         const done = await new Promise((resolve, reject) => {
           interruptAwait = () => reject(new Error('Execution was interrupted'));
@@ -272,21 +308,39 @@
     send({ type: 'end', id });
   }
 
-  function setenv(msg) {
+  // savedEnv holds, by setenv request id, the values a setenv replaced
+  // (null: it was unset), until restoreenv puts them back.
+  const savedEnv = new Map();
+  function applyEnv(vars) {
     const prev = {};
-    for (const [k, v] of Object.entries(msg.vars || {})) {
+    for (const [k, v] of Object.entries(vars)) {
       prev[k] = Object.prototype.hasOwnProperty.call(process.env, k) ? process.env[k] : null;
       if (v === null) delete process.env[k];
       else process.env[k] = v;
     }
-    send({ type: 'env', id: msg.id, prev });
+    return prev;
+  }
+  function setenv(msg) {
+    savedEnv.set(msg.id, applyEnv(msg.vars || {}));
+    send({ type: 'env', id: msg.id });
+  }
+  function restoreenv(msg) {
+    const prev = savedEnv.get(msg.token);
+    if (prev === undefined) {
+      send({ type: 'error', id: msg.id, name: 'Error', value: `no environment saved by request ${msg.token}` });
+      return;
+    }
+    savedEnv.delete(msg.token);
+    applyEnv(prev);
+    send({ type: 'env', id: msg.id });
   }
 
+  const handlers = { execute, setenv, restoreenv };
   let queue = Promise.resolve();
   const input = new net.Socket({ fd: IN_FD, readable: true, writable: false });
   readline.createInterface({ input, crlfDelay: Infinity }).on('line', (line) => {
     const msg = JSON.parse(line);
-    queue = queue.then(() => (msg.type === 'setenv' ? setenv(msg) : execute(msg)));
+    queue = queue.then(() => handlers[msg.type](msg));
   });
   input.on('end', () => process.exit(0));
   send({ type: 'ready' });

@@ -150,6 +150,9 @@ type state struct {
 	CPUCount int        `json:"cpu_count"`
 	MemoryMB int        `json:"memory_mb"`
 	DiskMB   int        `json:"disk_mb"`
+	// Cgroup is the group of runsc's processes (the sentry, its stubs,
+	// the gofer), relative to the hierarchies' root.
+	Cgroup string `json:"cgroup"`
 }
 
 // Start implements isolation.Backend.
@@ -276,7 +279,7 @@ func (b *Backend) Start(ctx context.Context, spec isolation.Spec) (_ isolation.I
 	}
 	inst := newInstance(b, spec.ID, cg, ns, state{
 		Pid: st.Pid, Start: start, Platform: b.platform, Gateway: link.Gateway, Address: link.Address,
-		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskMB: res.DiskSizeMB,
+		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, DiskMB: res.DiskSizeMB, Cgroup: cgName,
 	})
 	go inst.watch(p)
 	b.cfg.Log.Debug("sandbox started", "sandbox_id", spec.ID, "sandbox_pid", st.Pid, "platform", b.platform,

@@ -39,7 +39,10 @@ type Instance struct {
 	lastCPUAt time.Time
 }
 
-var _ isolation.Instance = (*Instance)(nil)
+var (
+	_ isolation.Instance    = (*Instance)(nil)
+	_ isolation.GuestLogger = (*Instance)(nil)
+)
 
 func newInstance(b *Backend, id string, cg *cgroup.Cgroup, ns *network.Namespace, st state) *Instance {
 	inst := &Instance{b: b, id: id, cg: cg, ns: ns, state: st, Ending: isolation.NewEnding(), lastCPUAt: time.Now()}
@@ -65,6 +68,10 @@ func (inst *Instance) watch(p *proc.Process) {
 	}
 	inst.End(isolation.Exit{OOM: oom, Reason: reason})
 }
+
+// GuestLog implements isolation.GuestLogger: the launcher's log, into
+// which gvinit copies envd's output.
+func (inst *Instance) GuestLog() string { return filepath.Join(inst.b.dir(inst.id), logFile) }
 
 // State implements isolation.Instance.
 func (inst *Instance) State() json.RawMessage {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -40,7 +41,14 @@ type Instance struct {
 	lastCPUAt time.Time
 }
 
-var _ isolation.Instance = (*Instance)(nil)
+var (
+	_ isolation.Instance    = (*Instance)(nil)
+	_ isolation.GuestLogger = (*Instance)(nil)
+)
+
+// GuestLog implements isolation.GuestLogger: init's log, into which it
+// copies envd's output.
+func (inst *Instance) GuestLog() string { return filepath.Join(inst.dir, logFile) }
 
 // State implements isolation.Instance.
 func (inst *Instance) State() json.RawMessage {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/gvisor"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/vm"
@@ -21,16 +22,18 @@ import (
 
 // The backends a stack runs on, by the name each reports.
 const (
-	Jail = "jail"
-	VM   = "vm"
+	Jail   = "jail"
+	VM     = "vm"
+	Gvisor = "gvisor"
 )
 
 // Backends are every backend a suite runs its cases on.
-var Backends = []string{Jail, VM}
+var Backends = []string{Jail, VM, Gvisor}
 
 var (
 	_ leftovers = (*jail.Backend)(nil)
 	_ leftovers = (*vm.Backend)(nil)
+	_ leftovers = (*gvisor.Backend)(nil)
 )
 
 // RequireVM skips t, saying why, on a host that lacks what the vm
@@ -44,6 +47,14 @@ func RequireVM(t testing.TB) {
 		_, err := exec.LookPath(bin)
 		testenv.Require(t, err == nil, fmt.Sprintf("the vm backend's %s: %v (run scripts/install-deps.sh --vm)", bin, err))
 	}
+}
+
+// RequireGvisor skips t, saying why, on a host without runsc; under
+// CI=true it fails t.
+func RequireGvisor(t testing.TB) {
+	t.Helper()
+	_, err := exec.LookPath("runsc")
+	testenv.Require(t, err == nil, fmt.Sprintf("the gvisor backend's runsc: %v (run scripts/install-deps.sh)", err))
 }
 
 // backend makes the backend cfg names over host.
@@ -80,8 +91,23 @@ func (s *Stack) backend(t testing.TB, cfg Config, host *network.Host, log *slog.
 			t.Fatalf("making the vm backend: %v", err)
 		}
 		return b
+	case Gvisor:
+		if cfg.Userns != "" {
+			t.Fatalf("user namespace mode %q: a jail option, and the backend is gvisor", cfg.Userns)
+		}
+		init, err := jailtest.BuildCommand(s.Dir, "gvinit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := gvisor.New(gvisor.Config{
+			StateDir: s.StateDir, Log: log, Network: host, Init: init, CgroupParent: s.CgroupParent,
+		})
+		if err != nil {
+			t.Fatalf("making the gvisor backend: %v", err)
+		}
+		return b
 	}
-	t.Fatalf("backend %q: want %s or %s", s.Backend, Jail, VM)
+	t.Fatalf("backend %q: want one of %v", s.Backend, Backends)
 	return nil
 }
 
@@ -99,7 +125,8 @@ func (s *Stack) Cgroup(sb store.Sandbox) (string, error) {
 }
 
 // Disk is the host file that holds what sb writes to its disk: the jail's
-// sparse ext4 image, or the VM's qcow2 overlay over the template's image.
+// or gVisor's sparse ext4 image, or the VM's qcow2 overlay over the
+// template's image.
 func (s *Stack) Disk(sb store.Sandbox) string {
 	name := "disk.ext4"
 	if s.Backend == VM {

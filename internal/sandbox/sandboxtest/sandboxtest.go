@@ -30,7 +30,7 @@ import (
 // a field is the server's default, or nothing of that kind.
 type Config struct {
 	// Backend names the isolation backend sandboxes run on: Jail
-	// (default) or VM.
+	// (default), VM or Gvisor.
 	Backend string
 	// Name tells this test's host objects from those of tests running
 	// beside it: the backend's cgroup parent is
@@ -115,8 +115,11 @@ type Stack struct {
 func Start(t testing.TB, cfg Config) *Stack {
 	t.Helper()
 	testenv.RequireRoot(t)
-	if cfg.Backend == VM {
+	switch cfg.Backend {
+	case VM:
 		RequireVM(t)
+	case Gvisor:
+		RequireGvisor(t)
 	}
 	testenv.LockFirewall(t)
 	ctx := context.Background()

@@ -74,6 +74,16 @@ describe('template build', () => {
     // name:tag and the template ID reach the same build.
     const byTag = await createFrom(`${ALIAS}:default`)
     assert.equal(await byTag.files.read('/home/user/greeting.txt'), GREETING)
+
+    // A tag given to the build and taken away again through the API
+    // (DELETE /templates/tags); an unknown one is an error.
+    await Template.assignTags(`${ALIAS}:default`, 'sdk-extra')
+    assert.deepEqual((await Template.getTags(ALIAS)).map((x) => x.tag).sort(), ['default', 'sdk-extra'])
+    assert.equal(await (await createFrom(`${ALIAS}:sdk-extra`)).files.read('/home/user/greeting.txt'), GREETING)
+    await Template.removeTags(ALIAS, 'sdk-extra')
+    assert.deepEqual((await Template.getTags(ALIAS)).map((x) => x.tag), ['default'])
+    await assert.rejects(createFrom(`${ALIAS}:sdk-extra`), /not found/)
+    await assert.rejects(Template.removeTags(ALIAS, 'sdk-extra'), /sdk-extra/)
   })
 
   test('a failing runCmd fails the build naming the step, and leaves no template', { timeout: 120_000 }, async () => {
