@@ -27,10 +27,6 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 	if err := h.decodeBody(w, r, &body); err != nil && !errors.Is(err, errNoBody) {
 		return
 	}
-	if !emptyJSON(body.Rules) {
-		writeError(w, http.StatusBadRequest, "rules (egress header injection) is not supported by this server")
-		return
-	}
 	if !emptyJSON(body.EgressProxy) {
 		writeError(w, http.StatusBadRequest, "egressProxy (a SOCKS5 egress proxy) is not supported by this server")
 		return
@@ -39,6 +35,7 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		AllowOut:            body.AllowOut,
 		DenyOut:             body.DenyOut,
 		AllowInternetAccess: body.AllowInternetAccess,
+		Rules:               body.Rules,
 	})
 	if err != nil {
 		h.fail(w, r, id, err)

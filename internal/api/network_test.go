@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/netip"
 	"testing"
 	"time"
@@ -32,11 +33,13 @@ func TestUpdateNetwork(t *testing.T) {
 		{name: "empty body clears", method: "PUT", target: "/sandboxes/isb1/network",
 			status: 204, check: networkUpdates(sandbox.NetworkUpdate{})},
 		{name: "empty rules and proxy accepted", method: "PUT", target: "/sandboxes/isb1/network",
-			body: `{"rules":{},"egressProxy":null}`, status: 204},
-		{name: "header injection refused", method: "PUT", target: "/sandboxes/isb1/network",
-			body:   `{"rules":{"example.com":[{"transform":{"headers":{"a":"b"}}}]}}`,
-			status: 400, wantJSON: `{"code":400,"message":"rules (egress header injection) is not supported by this server"}`,
-			check: networkUpdates()},
+			body: `{"rules":{},"egressProxy":null}`, status: 204,
+			check: networkUpdates(sandbox.NetworkUpdate{Rules: json.RawMessage(`{}`)})},
+		{name: "header rules passed on", method: "PUT", target: "/sandboxes/isb1/network",
+			body:   `{"allowOut":["example.com"],"rules":{"example.com":[{"transform":{"headers":{"a":"b"}}}]}}`,
+			status: 204, wantEmpty: true,
+			check: networkUpdates(sandbox.NetworkUpdate{AllowOut: []string{"example.com"},
+				Rules: json.RawMessage(`{"example.com":[{"transform":{"headers":{"a":"b"}}}]}`)})},
 		{name: "egress proxy refused", method: "PUT", target: "/sandboxes/isb1/network",
 			body: `{"egressProxy":{"address":"proxy:1080"}}`, status: 400, check: networkUpdates()},
 		{name: "wrong type", method: "PUT", target: "/sandboxes/isb1/network", body: `{"allowOut":"x"}`,

@@ -14,10 +14,12 @@ var sandboxNetworkCommand = &command{
 	summary: "replace a sandbox's egress rules, live",
 	detail: `Replace the egress rules of a running sandbox (PUT /sandboxes/{id}/network):
 the next DNS query and the next connection follow them. The rules replace
-the old ones entirely; with no flags, the sandbox gets the server's policy
-back. Entries are CIDRs, IPs, domains or *.wildcard domains; a denial beats
-an allowance, and allowances beyond the server's policy take effect only if
-the operator lets sandboxes widen it (see docs/NETWORK.md).`,
+the old ones entirely, header rules (network.rules) included; with no
+flags, the sandbox gets the server's policy back. Entries are CIDRs, IPs,
+domains or *.wildcard domains; an allowance beats a denial, as in E2B
+(--allow-out api.example.com --deny-out 0.0.0.0/0 reaches that name and
+nothing else), and allowances beyond the server's policy take effect only
+if the operator lets sandboxes widen it (see docs/NETWORK.md).`,
 	env:          true,
 	interspersed: true,
 	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {

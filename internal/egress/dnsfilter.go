@@ -427,7 +427,7 @@ func filterAnswers(cfg *Config, pol Policy, kind, name, qtype string, port uint1
 			out = append(out, r)
 			continue
 		}
-		if d := pol.AllowAnswer(a, port); !d.Allowed {
+		if d := pol.AllowAnswer(name, a, port); !d.Allowed {
 			cfg.record(Event{Kind: kind, Name: name, Type: qtype, Addrs: []netip.Addr{a}, Port: port, Allowed: false, Rule: d.Rule})
 			continue
 		}

@@ -10,37 +10,37 @@
 // registries). An operator may instead make it Open: every public IPv4
 // address and every name not denied. A sandbox's Rules come from the E2B
 // fields allow_internet_access, network.allowOut and network.denyOut
-// (ParseRules). Both lists accept CIDRs, IPs, exact domains and "*." wildcard
+// (ParseRules), with network.rules (header rules, below). Both lists accept CIDRs, IPs, exact domains and "*." wildcard
 // domains; domains in denyOut are our extension (E2B documents CIDR/IP only),
 // enforced like allowOut domains at the name. NewPolicy combines the two
 // into a Policy; the zero Policy denies everything.
 //
 // A name (DNS query, HTTP Host, TLS SNI) is decided by the first of:
 //
-//  1. allow_internet_access: false denies everything, registries included;
-//  2. a sandbox denyOut domain matching the name denies it;
-//  3. a ceiling DenyDomains entry denies it;
-//  4. a ceiling AllowDomains entry allows it;
-//  5. a sandbox allowOut domain allows it if the ceiling permits widening
-//     (Open, or SandboxMayWiden in allowlist mode);
+//  1. a ceiling DenyDomains entry denies it;
+//  2. a sandbox allowOut domain matching it allows it, if that entry
+//     counts: the ceiling permits widening (Open, or SandboxMayWiden in
+//     allowlist mode) or allows the name itself;
+//  3. allow_internet_access: false denies it, registries included;
+//  4. a sandbox denyOut domain matching it denies it;
+//  5. a ceiling AllowDomains entry allows it;
 //  6. an Open ceiling allows it; otherwise it is denied ("ceiling:allowlist").
 //
-// So denyOut beats allowOut, and in allowlist mode a sandbox can only narrow
-// unless the operator set SandboxMayWiden. Note that E2B gives allowOut
-// precedence over denyOut; here deny always wins, as the spec's
-// "allow_internet_access: false is like denyOut 0.0.0.0/0" implies, so
-// denyOut ["0.0.0.0/0"] denies every address, including those of allowed
-// names. An IP literal given as a name is decided as an address.
+// So the operator's ceiling wins over everything, a counting allowOut
+// entry wins over denyOut and allow_internet_access: false (E2B: "allowed
+// entries always take precedence over denied entries", and
+// allow_internet_access: false "behaves the same as denyOut 0.0.0.0/0"),
+// and our denyOut domains decide the names no allow entry names. In
+// allowlist mode a sandbox can only narrow unless the operator set
+// SandboxMayWiden. An IP literal given as a name is decided as an address.
 //
-// An address is decided by the first of the steps below: all of them for a
-// direct connection (AllowAddr), steps 1–7 for an address an allowed name
-// resolved to (AllowAnswer), which is then allowed without needing a CIDR
-// rule of its own:
+// An address, whether the sandbox connects to it directly (AllowAddr) or
+// an allowed name resolved to it (AllowAnswer), is decided by the first of
+// these steps; step 4 and the first half of step 9 are for answers only,
+// which so need no CIDR rule of their own:
 //
-//  1. allow_internet_access: false denies it;
-//  2. a sandbox denyOut CIDR/IP containing it denies it;
-//  3. a ceiling DenyCIDRs entry denies it;
-//  4. if it lies in a private range (RFC 1918, CGNAT 100.64/10, loopback,
+//  1. a ceiling DenyCIDRs entry denies it;
+//  2. if it lies in a private range (RFC 1918, CGNAT 100.64/10, loopback,
 //     link-local 169.254/16 with the metadata address, 0/8, 192.0.0/24,
 //     multicast, 240/4, IPv6 unspecified, loopback, fc00::/7, fe80::/10,
 //     ff00::/8, NAT64 and 6to4 prefixes) or in a ceiling ReservedCIDRs prefix
@@ -48,10 +48,21 @@
 //     ceiling AllowCIDRs entry that contains it and lies inside that range
 //     — so a ceiling 0.0.0.0/0 never opens 169.254.169.254, while 10.1.0.0/16
 //     opens that part of 10/8; sandbox rules never open them;
-//  5. a ceiling AllowCIDRs entry allows it;
-//  6. a sandbox allowOut CIDR/IP allows it if the ceiling permits widening;
-//  7. an IPv6 address is denied (IPv6 needs an explicit CIDR rule);
-//  8. an Open ceiling allows it; otherwise it is denied.
+//  3. a sandbox allowOut CIDR/IP containing it allows it if the entry
+//     counts (the ceiling permits widening, or a ceiling AllowCIDRs entry
+//     contains the address too);
+//  4. an IPv4 answer for a name that a counting allowOut domain names is
+//     allowed: denyOut ["0.0.0.0/0"] with allowOut ["api.example.com"]
+//     reaches that name and nothing else, as E2B documents;
+//  5. allow_internet_access: false denies it;
+//  6. a sandbox denyOut CIDR/IP containing it denies it;
+//  7. a ceiling AllowCIDRs entry allows it;
+//  8. an IPv6 address is denied (IPv6 needs an explicit CIDR rule);
+//  9. an answer of an allowed name is allowed; an Open ceiling allows it;
+//     otherwise it is denied.
+//
+// Policy.Forwarding gives the firewall the same order for the traffic it
+// judges by address alone.
 //
 // The port is carried for the audit trail but is not part of any rule.
 //
@@ -97,9 +108,10 @@
 // name reach nothing else. A connection without a name (other protocols, no
 // SNI, nothing sent within HandshakeTimeout) or with an IP literal is
 // decided by AllowAddr on its original address. The bytes read (at most
-// 64 KiB) are forwarded unchanged; TLS is never terminated. A denied HTTP
-// request gets 403 naming the rule, an unreachable allowed one 502; other
-// connections are closed. Each connection is one EventProxy.
+// 64 KiB) are forwarded unchanged, and TLS is not terminated, except for a
+// name with header rules (below). A denied HTTP request gets 403 naming
+// the rule, an unreachable allowed one 502; other connections are closed.
+// Each connection is one EventProxy.
 //
 // A connection is decided once, on its first request or ClientHello:
 // later requests on a kept-alive HTTP connection, or a Host inside TLS
@@ -108,9 +120,29 @@
 // serve: domain fronting, or Encrypted ClientHello, on a shared front end
 // still works.
 //
+// # Header rules
+//
+// A sandbox's Rules also hold E2B's network.rules: per domain pattern
+// (exact, or "*." and a suffix; exact wins, then the longest wildcard),
+// headers to set on the sandbox's requests (Policy.HeaderRule), so that a
+// credential reaches an API while code in the sandbox cannot read it. A
+// rule grants no access. The proxy intercepts only an allowed connection
+// whose Host or SNI has a rule that sets something: it parses the HTTP/1
+// requests, over TLS after terminating it with a certificate for the name
+// from the sandbox's CA (NewCA: derived from a server secret and the
+// sandbox's ID, its key kept here, its certificate installed in the
+// sandbox by the manager), sets the rule's headers as the policy has them
+// at each request, refuses a request for another Host (421), and forwards
+// over TLS of its own, verifying the server for the name against
+// ProxyConfig.UpstreamRoots. Everything else about a request passes as
+// sent. Without a CA a TLS connection with rules is refused, not passed on
+// without its headers.
+//
 // Bounds: queries over 4096 bytes are dropped, at most MaxInflight UDP
 // queries and MaxConns TCP connections are served at once (the rest are
 // dropped or closed), every upstream exchange has a Timeout, idle TCP
 // connections close after 10s, and each list of rules holds at most 1000
-// entries.
+// entries. An intercepted connection bounds request heads to 64 KiB,
+// response heads to 1 MiB, its idle time to 90s and its upstream
+// connections to 2; a CA keeps at most 256 certificates.
 package egress

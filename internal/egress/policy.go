@@ -177,6 +177,7 @@ type Rules struct {
 	InternetOff bool
 	allowOut    []entry
 	denyOut     []entry
+	headers     headerRules // network.rules
 }
 
 // AllowOut and DenyOut return the entries as written, for echoing back.
@@ -198,10 +199,11 @@ func entryTexts(es []entry) []string {
 
 // ParseRules builds Rules from the E2B `network` object (raw may be empty or
 // JSON null) and `allow_internet_access` (nil means absent, i.e. allowed).
-// Only allowOut and denyOut are read; the object's other fields belong to
-// other layers and are ignored. Both lists accept CIDRs, IPs and domains
-// with an optional leading "*.". Every malformed entry is reported, each as
-// an *EntryError, joined.
+// Only allowOut, denyOut and rules are read; the object's other fields
+// belong to other layers and are ignored. Both lists accept CIDRs, IPs and
+// domains with an optional leading "*."; every malformed entry is
+// reported, each as an *EntryError, joined. A malformed rules object is a
+// *RuleError (see parseHeaderRules).
 func ParseRules(raw json.RawMessage, allowInternet *bool) (Rules, error) {
 	var r Rules
 	if allowInternet != nil && !*allowInternet {
@@ -212,8 +214,9 @@ func ParseRules(raw json.RawMessage, allowInternet *bool) (Rules, error) {
 		return r, nil
 	}
 	var n struct {
-		AllowOut []string `json:"allowOut"`
-		DenyOut  []string `json:"denyOut"`
+		AllowOut []string        `json:"allowOut"`
+		DenyOut  []string        `json:"denyOut"`
+		Rules    json.RawMessage `json:"rules"`
 	}
 	if err := json.Unmarshal(raw, &n); err != nil {
 		return Rules{}, fmt.Errorf("network: %w", err)
@@ -224,7 +227,32 @@ func ParseRules(raw json.RawMessage, allowInternet *bool) (Rules, error) {
 	if err := errors.Join(errs...); err != nil {
 		return Rules{}, err
 	}
+	var err error
+	if r.headers, err = parseHeaderRules(n.Rules); err != nil {
+		return Rules{}, err
+	}
 	return r, nil
+}
+
+// HasHeaderRules reports whether network.rules sets a header for some
+// domain, which needs the egress proxy (and its interception CA).
+func (r Rules) HasHeaderRules() bool {
+	for _, hs := range r.headers.headers {
+		if len(hs) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// RulesJSON returns network.rules as E2B stores it: the domains in lower
+// case, each domain's rules as they were sent; nil when there are none.
+func (r Rules) RulesJSON() json.RawMessage {
+	if len(r.headers.wire) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(r.headers.wire) // raw messages json.Unmarshal accepted
+	return b
 }
 
 func parseList(field string, list []string, kind entryKind, errs *[]error) []entry {
@@ -330,8 +358,9 @@ type Policy struct {
 	valid   bool
 	ceiling compiledCeiling
 	off     bool
-	allow   ruleSet // sandbox allowOut
-	deny    ruleSet // sandbox denyOut
+	allow   ruleSet     // sandbox allowOut
+	deny    ruleSet     // sandbox denyOut
+	headers headerRules // sandbox network.rules
 }
 
 // NewPolicy combines a sandbox's rules with the operator ceiling. It fails
@@ -347,11 +376,49 @@ func NewPolicy(c Ceiling, r Rules) (Policy, error) {
 		off:     r.InternetOff,
 		allow:   compileSet("allowOut", r.allowOut),
 		deny:    compileSet("denyOut", r.denyOut),
+		headers: r.headers,
 	}, nil
 }
 
-// mayWiden reports whether sandbox allowOut entries count.
+// HeaderRule returns the headers network.rules sets on requests to name
+// (the rule of an exact domain, else of the longest matching wildcard) and
+// that rule's domain pattern; ok is false when no rule matches. A rule
+// grants no access: the proxy applies it only to connections the policy
+// allowed.
+func (p Policy) HeaderRule(name string) (headers []Header, pattern string, ok bool) {
+	n, err := NormalizeName(name)
+	if err != nil {
+		return nil, "", false
+	}
+	return p.headers.match(n)
+}
+
+// mayWiden reports whether sandbox allowOut entries count beyond the
+// ceiling's own allow lists.
 func (p *Policy) mayWiden() bool { return p.ceiling.open || p.ceiling.widen }
+
+// allowOutName reports whether a sandbox allowOut entry names the
+// normalised name n (rule is that entry), and whether it counts: the
+// ceiling does not deny n and either lets sandboxes widen or allows n
+// itself (then rule is the ceiling's entry). A counting entry wins over
+// denyOut and allow_internet_access: false, as E2B's "allowed entries
+// always take precedence over denied entries".
+func (p *Policy) allowOutName(n string) (rule string, named, counts bool) {
+	rule, named = p.allow.names.match(n)
+	if !named {
+		return "", false, false
+	}
+	if _, denied := p.ceiling.deny.names.match(n); denied {
+		return rule, true, false
+	}
+	if p.mayWiden() {
+		return rule, true, true
+	}
+	if r, ok := p.ceiling.allow.names.match(n); ok {
+		return r, true, true
+	}
+	return rule, true, false
+}
 
 // AllowName decides whether the sandbox may resolve and connect to name. An
 // IP literal is judged by AllowAddr with port 0.
@@ -366,27 +433,27 @@ func (p Policy) AllowName(name string) Decision {
 	if err != nil {
 		return deny("invalid name: " + err.Error())
 	}
+	if r, ok := p.ceiling.deny.names.match(n); ok {
+		return deny(r)
+	}
+	allowRule, named, counts := p.allowOutName(n)
+	if counts {
+		return allow(allowRule)
+	}
 	if p.off {
 		return deny(RuleInternetOff)
 	}
 	if r, ok := p.deny.names.match(n); ok {
 		return deny(r)
 	}
-	if r, ok := p.ceiling.deny.names.match(n); ok {
-		return deny(r)
-	}
 	if r, ok := p.ceiling.allow.names.match(n); ok {
-		return allow(r)
-	}
-	r, sandboxAllows := p.allow.names.match(n)
-	if sandboxAllows && p.mayWiden() {
 		return allow(r)
 	}
 	if p.ceiling.open {
 		return allow(RuleOpen)
 	}
-	if sandboxAllows {
-		return deny(RuleAllowlist + " (" + r + " not permitted by the ceiling)")
+	if named {
+		return deny(RuleAllowlist + " (" + allowRule + " not permitted by the ceiling)")
 	}
 	return deny(RuleAllowlist)
 }
@@ -395,19 +462,26 @@ func (p Policy) AllowName(name string) Decision {
 // address. port is not part of any rule yet; it is accepted so that callers
 // need not change when it is.
 func (p Policy) AllowAddr(a netip.Addr, port uint16) Decision {
-	return p.addr(a, false)
+	return p.addr(a, false, false)
 }
 
-// AllowAnswer decides whether a may be used as an address of a name that
+// AllowAnswer decides whether a may be used as an address of name, which
 // AllowName allowed (a DNS answer, or the proxy's own resolution). It is
 // AllowAddr without the allowlist: such an address needs no CIDR rule of
 // its own, but private, reserved and denied addresses, and IPv6 without a
-// CIDR rule, are still refused.
-func (p Policy) AllowAnswer(a netip.Addr, port uint16) Decision {
-	return p.addr(a, true)
+// CIDR rule, are still refused. An address of a name that a counting
+// allowOut entry names is not subject to denyOut or allow_internet_access:
+// false, so that allowOut ["api.example.com"] with denyOut ["0.0.0.0/0"]
+// reaches that name and nothing else, as in E2B.
+func (p Policy) AllowAnswer(name string, a netip.Addr, port uint16) Decision {
+	n, err := NormalizeName(name)
+	_, _, byAllowOut := p.allowOutName(n)
+	return p.addr(a, true, err == nil && byAllowOut)
 }
 
-func (p *Policy) addr(a netip.Addr, answer bool) Decision {
+// addr decides a; answer says it is an address of an allowed name, and
+// byAllowOut that this name is one a counting allowOut entry names.
+func (p *Policy) addr(a netip.Addr, answer, byAllowOut bool) Decision {
 	if !p.valid {
 		return deny(RuleNoPolicy)
 	}
@@ -415,23 +489,31 @@ func (p *Policy) addr(a netip.Addr, answer bool) Decision {
 		return deny("invalid address")
 	}
 	a = a.Unmap().WithZone("")
-	if p.off {
-		return deny(RuleInternetOff)
-	}
-	if r, ok := p.deny.matchAddr(a); ok {
-		return deny(r)
-	}
 	if r, ok := p.ceiling.deny.matchAddr(a); ok {
 		return deny(r)
 	}
 	if d, special := p.special(a); special {
 		return d
 	}
-	if r, ok := p.ceiling.allow.matchAddr(a); ok {
-		return allow(r)
+	allowRule, named := p.allow.matchAddr(a)
+	if named {
+		if p.mayWiden() {
+			return allow(allowRule)
+		}
+		if r, ok := p.ceiling.allow.matchAddr(a); ok {
+			return allow(r)
+		}
 	}
-	r, sandboxAllows := p.allow.matchAddr(a)
-	if sandboxAllows && p.mayWiden() {
+	if byAllowOut && a.Is4() {
+		return allow(RuleAnswer)
+	}
+	if p.off {
+		return deny(RuleInternetOff)
+	}
+	if r, ok := p.deny.matchAddr(a); ok {
+		return deny(r)
+	}
+	if r, ok := p.ceiling.allow.matchAddr(a); ok {
 		return allow(r)
 	}
 	switch {
@@ -441,8 +523,8 @@ func (p *Policy) addr(a netip.Addr, answer bool) Decision {
 		return allow(RuleAnswer)
 	case p.ceiling.open:
 		return allow(RuleOpen)
-	case sandboxAllows:
-		return deny(RuleAllowlist + " (" + r + " not permitted by the ceiling)")
+	case named:
+		return deny(RuleAllowlist + " (" + allowRule + " not permitted by the ceiling)")
 	}
 	return deny(RuleAllowlist)
 }
@@ -474,38 +556,75 @@ func (p *Policy) special(a netip.Addr) (Decision, bool) {
 	return deny(rule), true
 }
 
-// Forwarding is the address side of a Policy, for the host firewall that
-// judges traffic not redirected to the DNS filter or the proxy: packets to
-// a Deny prefix are dropped, then packets to an Allow prefix accepted, and
-// the rest dropped. Only IPv4 prefixes appear (forwarded IPv6 is dropped
-// whatever the rules), and private and reserved ranges stay closed by the
-// firewall's own fixed denials, so it is the public part of the policy.
-type Forwarding struct {
-	Allow, Deny []netip.Prefix
+// ForwardRule is one rule of the firewall for traffic that is neither
+// DNS nor redirected to the proxy: packets to Prefix are accepted (Allow)
+// or dropped.
+type ForwardRule struct {
+	Prefix netip.Prefix
+	Allow  bool
 }
 
-// Forwarding returns the address rules the firewall enforces for p, in the
-// order AllowAddr applies them.
-func (p Policy) Forwarding() Forwarding {
-	var f Forwarding
-	if !p.valid || p.off {
-		return f
+// Forwarding returns the address side of p, for the host firewall: rules
+// tried in order, the first whose prefix contains a packet's destination
+// deciding; a packet none contains is dropped. It is the order addr
+// applies: the ceiling's denials, then the sandbox's allowOut as far as
+// the ceiling lets it count, then (unless allow_internet_access is false)
+// denyOut, the ceiling's allowances and an open ceiling's 0.0.0.0/0. Only
+// IPv4 prefixes appear (forwarded IPv6 is dropped whatever the rules), and
+// private and reserved ranges stay closed by the firewall's own fixed
+// denials, so it is the public part of the policy.
+func (p Policy) Forwarding() []ForwardRule {
+	if !p.valid {
+		return nil
 	}
-	add := func(dst *[]netip.Prefix, es []entry) {
-		for _, e := range es {
-			if e.prefix.Addr().Is4() {
-				*dst = append(*dst, e.prefix)
+	var out []ForwardRule
+	add := func(prefixes []netip.Prefix, allow bool) {
+		for _, pfx := range prefixes {
+			if pfx.Addr().Is4() {
+				out = append(out, ForwardRule{Prefix: pfx, Allow: allow})
 			}
 		}
 	}
-	add(&f.Deny, p.deny.prefixes)
-	add(&f.Deny, p.ceiling.deny.prefixes)
-	add(&f.Allow, p.ceiling.allow.prefixes)
-	if p.mayWiden() {
-		add(&f.Allow, p.allow.prefixes)
+	add(prefixesOf(p.ceiling.deny.prefixes), false)
+	allowOut := prefixesOf(p.allow.prefixes)
+	if !p.mayWiden() {
+		// Without widening an entry counts only where a ceiling CIDR
+		// allows it too: where the two overlap, the narrower.
+		var within []netip.Prefix
+		for _, a := range allowOut {
+			for _, c := range prefixesOf(p.ceiling.allow.prefixes) {
+				if a.Overlaps(c) {
+					within = append(within, narrower(a, c))
+				}
+			}
+		}
+		allowOut = within
 	}
+	add(allowOut, true)
+	if p.off {
+		return out
+	}
+	add(prefixesOf(p.deny.prefixes), false)
+	add(prefixesOf(p.ceiling.allow.prefixes), true)
 	if p.ceiling.open {
-		f.Allow = append(f.Allow, netip.MustParsePrefix("0.0.0.0/0"))
+		add([]netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, true)
 	}
-	return f
+	return out
+}
+
+func prefixesOf(es []entry) []netip.Prefix {
+	out := make([]netip.Prefix, len(es))
+	for i, e := range es {
+		out[i] = e.prefix
+	}
+	return out
+}
+
+// narrower returns the longer of two overlapping prefixes, which is
+// their intersection.
+func narrower(a, b netip.Prefix) netip.Prefix {
+	if a.Bits() >= b.Bits() {
+		return a
+	}
+	return b
 }

@@ -219,15 +219,29 @@ func TestDecisions(t *testing.T) {
 			},
 		},
 		{
-			name:    "denyOut beats allowOut",
+			name:     "allowOut wins over allow_internet_access false where it counts",
+			ceiling:  widen,
+			network:  `{"allowOut":["example.com","8.8.8.8"]}`,
+			internet: ptr(false),
+			checks: []check{
+				{"example.com", true, "allowOut:example.com"},
+				{"8.8.8.8", true, "allowOut:8.8.8.8"},
+				{"pypi.org", false, RuleInternetOff},
+				{"1.1.1.1", false, RuleInternetOff},
+			},
+		},
+		{
+			name:    "allowOut beats denyOut, domains included",
 			ceiling: widen,
-			network: `{"allowOut":["*.example.com","example.org","203.0.113.0/24"],"denyOut":["bad.example.com","example.org","203.0.113.7"]}`,
+			network: `{"allowOut":["*.example.com","example.org","203.0.113.0/24"],"denyOut":["bad.example.com","example.org","203.0.113.7","pypi.org"]}`,
 			checks: []check{
 				{"good.example.com", true, "allowOut:*.example.com"},
-				{"bad.example.com", false, "denyOut:bad.example.com"},
-				{"example.org", false, "denyOut:example.org"},
+				{"bad.example.com", true, "allowOut:*.example.com"},
+				{"example.org", true, "allowOut:example.org"},
 				{"203.0.113.8", true, "allowOut:203.0.113.0/24"},
-				{"203.0.113.7", false, "denyOut:203.0.113.7"},
+				{"203.0.113.7", true, "allowOut:203.0.113.0/24"},
+				// A denyOut domain no allow entry names still denies it.
+				{"pypi.org", false, "denyOut:pypi.org"},
 			},
 		},
 		{
@@ -241,13 +255,24 @@ func TestDecisions(t *testing.T) {
 			},
 		},
 		{
-			name:    "denyOut 0.0.0.0/0 denies every IPv4 address",
+			name:    "ALL_TRAFFIC in denyOut denies every IPv4 address allowOut does not name",
 			ceiling: open,
 			network: `{"denyOut":["0.0.0.0/0"],"allowOut":["8.8.8.8"]}`,
 			checks: []check{
-				{"8.8.8.8", false, "denyOut:0.0.0.0/0"},
+				{"8.8.8.8", true, "allowOut:8.8.8.8"},
 				{"1.1.1.1", false, "denyOut:0.0.0.0/0"},
 				{"example.com", true, RuleOpen}, // the name; its addresses are then denied
+			},
+		},
+		{
+			name:    "E2B's only-this-host idiom under an allowlist that does not widen",
+			ceiling: DefaultCeiling(),
+			network: `{"allowOut":["pypi.org","example.com"],"denyOut":["0.0.0.0/0"]}`,
+			checks: []check{
+				{"pypi.org", true, "ceiling:pypi.org"},
+				{"example.com", false, "ceiling:allowlist (allowOut:example.com not permitted by the ceiling)"},
+				{"files.pythonhosted.org", true, "ceiling:files.pythonhosted.org"}, // its addresses are denied
+				{"151.101.0.223", false, "denyOut:0.0.0.0/0"},
 			},
 		},
 		{
@@ -387,28 +412,48 @@ func TestAllowAnswer(t *testing.T) {
 	allowlist := DefaultCeiling()
 	allowlist.ReservedCIDRs = []string{"198.51.100.0/24"}
 	allowlist.AllowCIDRs = []string{"2001:db8:1::/48"}
+	widen := allowlist
+	widen.SandboxMayWiden = true
 	p := mustPolicy(t, allowlist, `{"denyOut":["203.0.113.66"]}`, nil)
 	off := mustPolicy(t, allowlist, "", ptr(false))
+	// E2B's idiom: an allowOut name's addresses escape denyOut.
+	only := mustPolicy(t, widen, `{"allowOut":["api.test"],"denyOut":["0.0.0.0/0"]}`, nil)
+	onlyOff := mustPolicy(t, widen, `{"allowOut":["api.test"]}`, ptr(false))
+	narrow := mustPolicy(t, allowlist, `{"allowOut":["pypi.org","api.test"],"denyOut":["0.0.0.0/0"]}`, nil)
 	tests := []struct {
 		p    Policy
+		name string
 		addr string
 		want Decision
 	}{
-		{p, "151.101.0.223", allow(RuleAnswer)},
-		{p, "::ffff:151.101.0.223", allow(RuleAnswer)},
-		{p, "169.254.169.254", deny("private:link-local 169.254.0.0/16")},
-		{p, "127.0.0.1", deny("private:loopback 127.0.0.0/8")},
-		{p, "192.168.0.1", deny("private:private 192.168.0.0/16")},
-		{p, "198.51.100.9", deny("reserved:198.51.100.0/24")},
-		{p, "203.0.113.66", deny("denyOut:203.0.113.66")},
-		{p, "2a04:4e42::223", deny(RuleIPv6)},
-		{p, "2001:db8:1::5", allow("ceiling:2001:db8:1::/48")},
-		{off, "151.101.0.223", deny(RuleInternetOff)},
-		{Policy{}, "151.101.0.223", deny(RuleNoPolicy)},
+		{p, "pypi.org", "151.101.0.223", allow(RuleAnswer)},
+		{p, "pypi.org", "::ffff:151.101.0.223", allow(RuleAnswer)},
+		{p, "pypi.org", "169.254.169.254", deny("private:link-local 169.254.0.0/16")},
+		{p, "pypi.org", "127.0.0.1", deny("private:loopback 127.0.0.0/8")},
+		{p, "pypi.org", "192.168.0.1", deny("private:private 192.168.0.0/16")},
+		{p, "pypi.org", "198.51.100.9", deny("reserved:198.51.100.0/24")},
+		{p, "pypi.org", "203.0.113.66", deny("denyOut:203.0.113.66")},
+		{p, "pypi.org", "2a04:4e42::223", deny(RuleIPv6)},
+		{p, "pypi.org", "2001:db8:1::5", allow("ceiling:2001:db8:1::/48")},
+		{off, "pypi.org", "151.101.0.223", deny(RuleInternetOff)},
+		{only, "api.test", "151.101.0.223", allow(RuleAnswer)},
+		{only, "API.test.", "151.101.0.223", allow(RuleAnswer)},
+		{only, "pypi.org", "151.101.0.223", deny("denyOut:0.0.0.0/0")},
+		{only, "api.test", "10.0.0.1", deny("private:private 10.0.0.0/8")},
+		{only, "api.test", "198.51.100.9", deny("reserved:198.51.100.0/24")},
+		{only, "api.test", "2a04:4e42::223", deny(RuleIPv6)},
+		{onlyOff, "api.test", "151.101.0.223", allow(RuleAnswer)},
+		{onlyOff, "pypi.org", "151.101.0.223", deny(RuleInternetOff)},
+		// Without widening, an allowOut entry counts where the ceiling
+		// allows its name too.
+		{narrow, "pypi.org", "151.101.0.223", allow(RuleAnswer)},
+		{narrow, "api.test", "151.101.0.223", deny("denyOut:0.0.0.0/0")},
+		{narrow, "files.pythonhosted.org", "151.101.0.223", deny("denyOut:0.0.0.0/0")},
+		{Policy{}, "pypi.org", "151.101.0.223", deny(RuleNoPolicy)},
 	}
 	for _, tt := range tests {
-		if got := tt.p.AllowAnswer(netip.MustParseAddr(tt.addr), 443); got != tt.want {
-			t.Errorf("AllowAnswer(%s) = %+v, want %+v", tt.addr, got, tt.want)
+		if got := tt.p.AllowAnswer(tt.name, netip.MustParseAddr(tt.addr), 443); got != tt.want {
+			t.Errorf("AllowAnswer(%s, %s) = %+v, want %+v", tt.name, tt.addr, got, tt.want)
 		}
 	}
 	// The same public address, connected to directly, needs a rule.
@@ -456,10 +501,11 @@ func TestNormalizeName(t *testing.T) {
 }
 
 func TestForwarding(t *testing.T) {
-	pfx := func(ss ...string) []netip.Prefix {
-		var out []netip.Prefix
-		for _, s := range ss {
-			out = append(out, netip.MustParsePrefix(s))
+	rules := func(pairs ...string) []ForwardRule {
+		var out []ForwardRule
+		for _, s := range pairs {
+			verdict, prefix, _ := strings.Cut(s, " ")
+			out = append(out, ForwardRule{Prefix: netip.MustParsePrefix(prefix), Allow: verdict == "accept"})
 		}
 		return out
 	}
@@ -469,17 +515,24 @@ func TestForwarding(t *testing.T) {
 		ceiling Ceiling
 		network string
 		off     *bool
-		want    Forwarding
+		want    []ForwardRule
 	}{
-		{name: "default: nothing", ceiling: DefaultCeiling(), network: `{"allowOut":["1.2.3.0/24"]}`, want: Forwarding{}},
-		{name: "widening adds sandbox CIDRs, IPv4 only, domains ignored",
-			ceiling: Ceiling{SandboxMayWiden: true, AllowCIDRs: []string{"203.0.113.0/24"}},
-			network: `{"allowOut":["1.2.3.0/24","9.9.9.9","2001:db8::/32","a.test"],"denyOut":["1.2.3.4","b.test"]}`,
-			want:    Forwarding{Allow: pfx("203.0.113.0/24", "1.2.3.0/24", "9.9.9.9/32"), Deny: pfx("1.2.3.4/32")}},
+		{name: "default: nothing", ceiling: DefaultCeiling(), network: `{"allowOut":["1.2.3.0/24"]}`, want: nil},
+		{name: "widening adds sandbox CIDRs before denyOut, IPv4 only, domains ignored",
+			ceiling: Ceiling{SandboxMayWiden: true, AllowCIDRs: []string{"203.0.113.0/24"}, DenyCIDRs: []string{"1.2.3.128/25"}},
+			network: `{"allowOut":["1.2.3.0/24","9.9.9.9","2001:db8::/32","a.test"],"denyOut":["1.2.3.4","b.test","0.0.0.0/0"]}`,
+			want: rules("drop 1.2.3.128/25", "accept 1.2.3.0/24", "accept 9.9.9.9/32",
+				"drop 1.2.3.4/32", "drop 0.0.0.0/0", "accept 203.0.113.0/24")},
+		{name: "without widening allowOut counts inside the ceiling's CIDRs",
+			ceiling: Ceiling{AllowCIDRs: []string{"203.0.113.0/24", "198.51.0.0/16"}},
+			network: `{"allowOut":["203.0.113.7","198.0.0.0/8","8.8.8.8"],"denyOut":["0.0.0.0/0"]}`,
+			want:    rules("accept 203.0.113.7/32", "accept 198.51.0.0/16", "drop 0.0.0.0/0", "accept 203.0.113.0/24", "accept 198.51.0.0/16")},
 		{name: "open ceiling with denials", ceiling: Ceiling{Open: true, DenyCIDRs: []string{"198.51.100.0/24"}},
 			network: `{"denyOut":["8.8.8.8"]}`,
-			want:    Forwarding{Allow: pfx("0.0.0.0/0"), Deny: pfx("8.8.8.8/32", "198.51.100.0/24")}},
-		{name: "internet off: nothing", ceiling: Ceiling{Open: true}, off: &off, want: Forwarding{}},
+			want:    rules("drop 198.51.100.0/24", "drop 8.8.8.8/32", "accept 0.0.0.0/0")},
+		{name: "internet off: nothing", ceiling: Ceiling{Open: true}, off: &off, want: nil},
+		{name: "internet off: allowOut only", ceiling: Ceiling{Open: true, DenyCIDRs: []string{"9.9.9.0/24"}}, network: `{"allowOut":["9.9.9.9","8.8.8.8"]}`, off: &off,
+			want: rules("drop 9.9.9.0/24", "accept 9.9.9.9/32", "accept 8.8.8.8/32")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := ParseRules([]byte(tc.network), tc.off)
@@ -495,7 +548,7 @@ func TestForwarding(t *testing.T) {
 			}
 		})
 	}
-	if (Policy{}).Forwarding().Allow != nil {
+	if (Policy{}).Forwarding() != nil {
 		t.Error("the zero Policy forwards something")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -54,6 +55,13 @@ type ProxyConfig struct {
 	// MaxConns bounds the connections served at once (default 256);
 	// connections beyond it are closed at once.
 	MaxConns int
+	// CA signs the certificates the proxy presents to the sandbox where it
+	// terminates TLS to apply header rules (network.rules); nil: such a
+	// connection is refused, never passed on without its headers.
+	CA *CA
+	// UpstreamRoots verify the servers of the connections it terminates;
+	// nil: the host's roots.
+	UpstreamRoots *x509.CertPool
 }
 
 // Proxy is the transparent egress proxy of one sandbox: the host redirects
@@ -124,6 +132,15 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	}
 	h := p.sniff(c)
 	up, o := p.connect(ctx, h.name, orig)
+	pattern, noCA := p.interception(h, up != nil)
+	switch {
+	case noCA:
+		up.Close()
+		up = nil
+		o.event.Allowed, o.event.Rule = false, "rules:"+pattern+" (no CA to terminate TLS with)"
+	case pattern != "":
+		o.event.Rule += " + rules:" + pattern
+	}
 	p.cfg.record(o.event)
 	if up == nil {
 		if o.event.Allowed {
@@ -137,6 +154,10 @@ func (p *Proxy) serveConn(ctx context.Context, c net.Conn) {
 	defer up.Close()
 	stopUp := context.AfterFunc(ctx, func() { up.Close() })
 	defer stopUp()
+	if pattern != "" {
+		p.intercept(ctx, c, h, orig, up)
+		return
+	}
 	if _, err := up.Write(h.head); err != nil {
 		return
 	}
@@ -297,6 +318,7 @@ func closeWrite(c net.Conn) {
 type hello struct {
 	name string // HTTP Host or TLS SNI without port; "" if none
 	http bool   // the connection starts with an HTTP/1 request head
+	tls  bool   // the connection starts with a TLS ClientHello with SNI
 	head []byte // every byte read, to forward before anything else
 }
 
@@ -316,6 +338,7 @@ func (p *Proxy) sniff(c net.Conn) hello {
 	switch {
 	case first[0] == 0x16: // a TLS handshake record
 		h.name = sniffSNI(c, rec)
+		h.tls = h.name != ""
 	case 'A' <= first[0] && first[0] <= 'Z': // an HTTP method, perhaps
 		h.name, h.http = sniffHost(rec)
 	}

@@ -391,6 +391,20 @@ func TestProxy(t *testing.T) {
 			wantEvent: eventKey{EventProxy, "nx.test", "", "", true, "ceiling:nx.test (lookup failed)"},
 		},
 		{
+			name:    "E2B's only-this-host idiom: the allowOut name is reached",
+			ceiling: mayWiden(proxyCeiling()), network: `{"allowOut":["web.test"],"denyOut":["0.0.0.0/0"]}`,
+			orig: "198.18.0.10:80", send: post, want: rawResponse, wantUpstream: "=",
+			wantDials: []string{"198.18.0.10:80"},
+			wantEvent: eventKey{EventProxy, "web.test", "", "198.18.0.10", true, "allowOut:web.test"},
+		},
+		{
+			name:    "E2B's only-this-host idiom: a name the ceiling allows is not",
+			ceiling: mayWiden(proxyCeiling()), network: `{"allowOut":["web.test"],"denyOut":["0.0.0.0/0"]}`,
+			orig: "198.18.0.10:80", send: "GET / HTTP/1.1\r\nHost: multi.test\r\n\r\n",
+			want:      httpResponse(403, "agent-sandbox: egress to multi.test denied (rule denyOut:0.0.0.0/0)\n"),
+			wantEvent: eventKey{EventProxy, "multi.test", "", "198.18.0.20,198.18.0.10", false, "denyOut:0.0.0.0/0"},
+		},
+		{
 			name:        "internet off denies even names the ceiling allows",
 			internetOff: true,
 			orig:        "198.18.0.10:80", send: post,

@@ -12,6 +12,11 @@
 // into the sandbox's firewall chain for the traffic that is not redirected,
 // and its bandwidth caps into tc on the host end.
 //
+// Each attached sandbox has its interception CA (egress.NewCA, derived
+// from Config.CASecret and the sandbox's ID): its proxy terminates TLS
+// with it for names with header rules, and EgressCA gives the manager
+// the certificate to install in the sandbox; the key stays here.
+//
 // The policy is held per sandbox and swapped atomically by Update (PUT
 // /sandboxes/{id}/network): the next DNS query and the next proxied
 // connection see the new rules, and the firewall chain is replaced in one

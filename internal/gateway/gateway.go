@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,7 +43,15 @@ type Config struct {
 	AuditEvents int
 	// Dial opens the proxy's upstream connections; nil means net.Dialer.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
-	Log  *slog.Logger
+	// CASecret derives each sandbox's interception CA (egress.NewCA), at
+	// least egress.MinCASecretLen bytes, kept by the server so that a
+	// sandbox keeps its CA across restarts; nil: a random secret of this
+	// Gateway's own.
+	CASecret []byte
+	// UpstreamRoots verify the servers the proxy terminates TLS for (to
+	// apply header rules); nil: the host's roots.
+	UpstreamRoots *x509.CertPool
+	Log           *slog.Logger
 }
 
 // ErrNotAttached is returned (wrapped) for a sandbox the Gateway does not
@@ -63,6 +73,7 @@ type sandbox struct {
 	id     string
 	link   network.Link
 	policy atomic.Pointer[egress.Policy]
+	ca     *egress.CA
 	audit  *egress.Ring
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the serving goroutines
@@ -88,6 +99,13 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
+	switch {
+	case cfg.CASecret == nil:
+		cfg.CASecret = make([]byte, egress.MinCASecretLen)
+		rand.Read(cfg.CASecret)
+	case len(cfg.CASecret) < egress.MinCASecretLen:
+		return nil, fmt.Errorf("gateway: the CA secret has %d bytes, want at least %d", len(cfg.CASecret), egress.MinCASecretLen)
+	}
 	return &Gateway{cfg: cfg, log: cfg.Log, byID: map[string]*sandbox{}, byIf: map[string]*sandbox{}}, nil
 }
 
@@ -109,7 +127,11 @@ func (g *Gateway) Attach(ctx context.Context, id string, link network.Link, rule
 	if err != nil {
 		return fmt.Errorf("attaching sandbox %s to the gateway: %w", id, err)
 	}
-	sb := &sandbox{id: id, link: link, audit: egress.NewRing(g.cfg.AuditEvents)}
+	ca, err := egress.NewCA(g.cfg.CASecret, id)
+	if err != nil {
+		return fmt.Errorf("attaching sandbox %s to the gateway: %w", id, err)
+	}
+	sb := &sandbox{id: id, link: link, ca: ca, audit: egress.NewRing(g.cfg.AuditEvents)}
 	sb.policy.Store(&pol)
 
 	var closers []func() error
@@ -149,7 +171,7 @@ func (g *Gateway) Attach(ctx context.Context, id string, link network.Link, rule
 		Logger:   log,
 	}
 	dns := egress.NewServer(ecfg)
-	proxy := egress.NewProxy(egress.ProxyConfig{Config: ecfg, Dial: g.cfg.Dial})
+	proxy := egress.NewProxy(egress.ProxyConfig{Config: ecfg, Dial: g.cfg.Dial, CA: ca, UpstreamRoots: g.cfg.UpstreamRoots})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	sb.cancel = cancel
 	serve := func(name string, f func(context.Context) error) {
@@ -178,14 +200,22 @@ func (g *Gateway) apply(ctx context.Context, link network.Link, pol *egress.Poli
 	if g.cfg.Firewall == nil {
 		return nil
 	}
-	fwd := pol.Forwarding()
-	if err := g.cfg.Firewall.SetRules(ctx, link.HostIf, network.SandboxRules{Allow: fwd.Allow, Deny: fwd.Deny}); err != nil {
+	if err := g.cfg.Firewall.SetRules(ctx, link.HostIf, firewallRules(pol)); err != nil {
 		return fmt.Errorf("setting firewall rules: %w", err)
 	}
 	if err := network.SetBandwidth(link.HostIf, bw); err != nil {
 		return fmt.Errorf("setting bandwidth caps: %w", err)
 	}
 	return nil
+}
+
+// firewallRules is pol's address side in the firewall's terms.
+func firewallRules(pol *egress.Policy) network.SandboxRules {
+	var rules network.SandboxRules
+	for _, r := range pol.Forwarding() {
+		rules = append(rules, network.PrefixRule{Prefix: r.Prefix, Accept: r.Allow})
+	}
+	return rules
 }
 
 // Update replaces sandbox id's rules; bandwidth stays as attached.
@@ -199,8 +229,7 @@ func (g *Gateway) Update(ctx context.Context, id string, rules egress.Rules) err
 		return fmt.Errorf("updating the egress policy of sandbox %s: %w", id, err)
 	}
 	if g.cfg.Firewall != nil {
-		fwd := pol.Forwarding()
-		if err := g.cfg.Firewall.SetRules(ctx, sb.link.HostIf, network.SandboxRules{Allow: fwd.Allow, Deny: fwd.Deny}); err != nil {
+		if err := g.cfg.Firewall.SetRules(ctx, sb.link.HostIf, firewallRules(&pol)); err != nil {
 			return fmt.Errorf("updating the egress policy of sandbox %s: %w", id, err)
 		}
 	}
@@ -236,6 +265,17 @@ func (g *Gateway) Close() {
 	for _, id := range ids {
 		g.Detach(id)
 	}
+}
+
+// EgressCA returns the certificate (PEM) of the CA the egress proxy signs
+// with when it terminates TLS for sandbox id to apply header rules: what
+// the sandbox must trust. Its key stays here.
+func (g *Gateway) EgressCA(id string) ([]byte, error) {
+	sb, err := g.get(id)
+	if err != nil {
+		return nil, err
+	}
+	return sb.ca.CertPEM(), nil
 }
 
 // Events returns sandbox id's audit events after cursor (at most limit)

@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"net"
 	"net/netip"
@@ -53,12 +56,14 @@ func lookup(addr netip.AddrPort, name string) ([]string, error) {
 // follows the policy, Update changes it live, the audit records it, and
 // Detach stops serving.
 func TestGateway(t *testing.T) {
-	gw, err := New(Config{
+	cfg := Config{
 		Ceiling:   egress.Ceiling{AllowDomains: []string{"allowed.test"}},
 		Upstream:  answerAll{},
 		DNSPort:   freePort(t),
 		ProxyPort: freePort(t),
-	})
+		CASecret:  bytes.Repeat([]byte{3}, egress.MinCASecretLen),
+	}
+	gw, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +73,7 @@ func TestGateway(t *testing.T) {
 	if err := gw.Attach(ctx, "sb1", link, egress.Rules{}, network.Bandwidth{}); err != nil {
 		t.Fatal(err)
 	}
+	ca := caKeyID(t, gw, "sb1")
 	dns := netip.AddrPortFrom(link.Gateway, gw.cfg.DNSPort)
 	if addrs, err := lookup(dns, "allowed.test"); err != nil || len(addrs) != 1 || addrs[0] != "198.18.0.10" {
 		t.Errorf("allowed name: %v, %v", addrs, err)
@@ -111,10 +117,48 @@ func TestGateway(t *testing.T) {
 	if err := gw.Update(ctx, "sb1", rules); !errors.Is(err, ErrNotAttached) {
 		t.Errorf("Update after Detach = %v, want ErrNotAttached", err)
 	}
-	// The ports are free again: a new attach works.
+	if _, err := gw.EgressCA("sb1"); !errors.Is(err, ErrNotAttached) {
+		t.Errorf("EgressCA after Detach = %v, want ErrNotAttached", err)
+	}
+	// The ports are free again: a new attach works, with the same CA, as
+	// after a restart of the server with the same secret.
 	if err := gw.Attach(ctx, "sb1", link, egress.Rules{}, network.Bandwidth{}); err != nil {
 		t.Errorf("attaching after Detach: %v", err)
 	}
+	if again := caKeyID(t, gw, "sb1"); !bytes.Equal(again, ca) {
+		t.Error("the sandbox's CA changed on a new attachment")
+	}
+	gw.Close()
+	restarted, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Close()
+	if err := restarted.Attach(ctx, "sb1", link, egress.Rules{}, network.Bandwidth{}); err != nil {
+		t.Fatal(err)
+	}
+	if again := caKeyID(t, restarted, "sb1"); !bytes.Equal(again, ca) {
+		t.Error("the sandbox's CA changed with a new Gateway of the same secret")
+	}
+}
+
+// caKeyID returns the subject key ID of sandbox id's egress CA, after
+// checking that its certificate is a CA's.
+func caKeyID(t *testing.T, gw *Gateway, id string) []byte {
+	t.Helper()
+	pemBytes, err := gw.EgressCA(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemBytes)
+	if block == nil || block.Type != "CERTIFICATE" {
+		t.Fatalf("EgressCA: not a PEM certificate: %q", pemBytes)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || !cert.IsCA || len(cert.SubjectKeyId) == 0 {
+		t.Fatalf("EgressCA: %v, %+v", err, cert)
+	}
+	return cert.SubjectKeyId
 }
 
 func TestNewChecksCeiling(t *testing.T) {
@@ -124,5 +168,8 @@ func TestNewChecksCeiling(t *testing.T) {
 	}
 	if _, err := New(Config{}); err == nil {
 		t.Error("New accepted no upstream")
+	}
+	if _, err := New(Config{Upstream: answerAll{}, CASecret: []byte("short")}); err == nil {
+		t.Error("New accepted a short CA secret")
 	}
 }

@@ -70,7 +70,7 @@ func TestConnLimit(t *testing.T) {
 				t.Errorf("DetachVeth: %v", err)
 			}
 		})
-		must(t, fw.SetRules(ctx, vc.hostName(), SandboxRules{Allow: []netip.Prefix{netip.PrefixFrom(inetAddr, 32)}}))
+		must(t, fw.SetRules(ctx, vc.hostName(), SandboxRules{{Prefix: netip.PrefixFrom(inetAddr, 32), Accept: true}}))
 		sbs[i].ns, sbs[i].cfg = ns, vc
 	}
 	flooder, neighbour := sbs[0], sbs[1]

@@ -79,8 +79,7 @@
 //	    iifname vmap @sandboxes                                # asb-x : jump sb-asb-x
 //	    [log default] drop                                     # deny-all egress
 //	chain sb-asb-x                                             # one per sandbox
-//	    ip daddr <denied prefix> [log denied] drop ...         # SetRules
-//	    ip daddr <allowed prefix> accept ...
+//	    ip daddr <prefix> accept, or [log denied] drop ...     # SetRules, in order
 //	chain ct-asb-x                                             # one per sandbox
 //	    ct count over <MaxConnsPerSandbox> jump conns_over
 //	chain conns_over
@@ -133,7 +132,7 @@
 // names a Firewall) adds an empty sb- chain and its map element, and the
 // ct- chain and its element when there is a cap, in one transaction;
 // SetRules replaces the chain's rules atomically, which is
-// where CIDR allow rules go; RemoveSandbox undoes AddSandbox; Delete
+// where the sandbox's CIDR rules go, in their order; RemoveSandbox undoes AddSandbox; Delete
 // removes the table. Since the fixed denials come first, no per-sandbox
 // rule opens the host, another sandbox, a Blocked range or IPv6. Accept
 // verdicts here do not override another table's drop (nftables evaluates

@@ -252,17 +252,17 @@ func (f *Firewall) Delete(ctx context.Context) error {
 // traffic is dropped), and maps hostIf to it, in one transaction. Adding a
 // sandbox that is there empties its chain.
 func (f *Firewall) AddSandbox(ctx context.Context, hostIf string) error {
-	return f.setSandbox(ctx, hostIf, SandboxRules{}, true)
+	return f.setSandbox(ctx, hostIf, nil, true)
 }
 
-// SetRules replaces the sandbox's forwarding rules atomically: a drop
-// per Deny prefix, then an accept per Allow prefix; what neither matches is
-// dropped. The fixed denials (other sandboxes, Blocked, IPv6) come first,
-// so these cannot open them. The sandbox must have been added.
+// SetRules replaces the sandbox's forwarding rules atomically: an accept
+// or a drop per rule, in order; what none matches is dropped. The fixed
+// denials (other sandboxes, Blocked, IPv6) come first, so these cannot
+// open them. The sandbox must have been added.
 func (f *Firewall) SetRules(ctx context.Context, hostIf string, rules SandboxRules) error {
-	for _, p := range slices.Concat(rules.Deny, rules.Allow) {
-		if !p.IsValid() || !p.Addr().Is4() {
-			return fmt.Errorf("setting firewall rules of %s: %s is not an IPv4 prefix", hostIf, p)
+	for _, r := range rules {
+		if !r.Prefix.IsValid() || !r.Prefix.Addr().Is4() {
+			return fmt.Errorf("setting firewall rules of %s: %s is not an IPv4 prefix", hostIf, r.Prefix)
 		}
 	}
 	return f.setSandbox(ctx, hostIf, rules, false)
@@ -295,14 +295,15 @@ func (f *Firewall) setSandbox(ctx context.Context, hostIf string, rules SandboxR
 		}
 	}
 	c.FlushChain(ch)
-	for _, p := range rules.Deny {
-		if f.cfg.LogGroup != 0 {
-			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(p), logDrop(f.cfg.LogGroup, DropDenied))})
+	for _, r := range rules {
+		if r.Accept {
+			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(r.Prefix), verdict(expr.VerdictAccept))})
+			continue
 		}
-		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(p), verdict(expr.VerdictDrop))})
-	}
-	for _, p := range rules.Allow {
-		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(p), verdict(expr.VerdictAccept))})
+		if f.cfg.LogGroup != 0 {
+			c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(r.Prefix), logDrop(f.cfg.LogGroup, DropDenied))})
+		}
+		c.AddRule(&nftables.Rule{Table: table, Chain: ch, Exprs: cat(daddr4(r.Prefix), verdict(expr.VerdictDrop))})
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("setting firewall of %s: %w", hostIf, err)

@@ -87,7 +87,7 @@ const (
 	DropSandbox = "sandbox" // to another sandbox
 	DropBlocked = "blocked" // to a Blocked range
 	DropDefault = "default" // forwarded, but no rule of the sandbox allows it
-	DropDenied  = "denied"  // a Deny prefix of the sandbox's rules
+	DropDenied  = "denied"  // a dropping prefix of the sandbox's rules
 	DropConns   = "conns"   // a new connection beyond MaxConnsPerSandbox
 )
 
@@ -109,8 +109,13 @@ var DefaultBlocked = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 }
 
-// SandboxRules are a sandbox's own forwarding rules (SetRules): IPv4
-// prefixes it may not and may reach, Deny first.
-type SandboxRules struct {
-	Allow, Deny []netip.Prefix
+// SandboxRules are a sandbox's own forwarding rules (SetRules), tried in
+// order: the first whose IPv4 prefix contains a packet's destination
+// accepts or drops it; a packet none contains is dropped.
+type SandboxRules []PrefixRule
+
+// PrefixRule accepts (Accept) or drops the packets to Prefix.
+type PrefixRule struct {
+	Prefix netip.Prefix
+	Accept bool
 }

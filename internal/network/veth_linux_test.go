@@ -214,20 +214,40 @@ func TestIsolation(t *testing.T) {
 		}
 	})
 	t.Run("allow rule", func(t *testing.T) {
-		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{Allow: []netip.Prefix{netip.PrefixFrom(inetAddr, 32)}}); err != nil {
+		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{{Prefix: netip.PrefixFrom(inetAddr, 32), Accept: true}}); err != nil {
 			t.Fatal(err)
 		}
 		run(t, a, []check{{"internet", ap(inetAddr, inetPort), true}})
 		run(t, b, []check{{"internet from the other sandbox", ap(inetAddr, inetPort), false}})
 		// Allowing everything opens neither the fixed denials nor the host.
-		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}}); err != nil {
+		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{{Prefix: netip.MustParsePrefix("0.0.0.0/0"), Accept: true}}); err != nil {
 			t.Fatal(err)
 		}
 		run(t, a, append(blocked(a, b), check{"internet", ap(inetAddr, inetPort), true}))
-		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{}); err != nil {
+		if err := fw.SetRules(ctx, a.cfg.hostName(), nil); err != nil {
 			t.Fatal(err)
 		}
 		run(t, a, []check{{"internet after reset", ap(inetAddr, inetPort), false}})
+		// The first matching rule decides: an accept before a drop that
+		// covers it opens its prefix (E2B's allowOut over denyOut), one
+		// after it does not.
+		inet, all := netip.PrefixFrom(inetAddr, 32), netip.MustParsePrefix("0.0.0.0/0")
+		for _, o := range []struct {
+			name  string
+			rules SandboxRules
+			open  bool
+		}{
+			{"accept before a covering drop", SandboxRules{{Prefix: inet, Accept: true}, {Prefix: all}}, true},
+			{"accept after a covering drop", SandboxRules{{Prefix: all}, {Prefix: inet, Accept: true}}, false},
+		} {
+			if err := fw.SetRules(ctx, a.cfg.hostName(), o.rules); err != nil {
+				t.Fatal(err)
+			}
+			run(t, a, []check{{o.name, ap(inetAddr, inetPort), o.open}})
+		}
+		if err := fw.SetRules(ctx, a.cfg.hostName(), nil); err != nil {
+			t.Fatal(err)
+		}
 	})
 	t.Run("redirect", func(t *testing.T) {
 		src := a.cfg.Addrs.Sandbox.String()
@@ -260,11 +280,11 @@ func TestIsolation(t *testing.T) {
 		if err == nil {
 			t.Fatalf("the test internet has a route to %s; the check proves nothing", a.cfg.Addrs.Sandbox)
 		}
-		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{Allow: []netip.Prefix{netip.MustParsePrefix("198.18.0.0/24")}}); err != nil {
+		if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{{Prefix: netip.MustParsePrefix("198.18.0.0/24"), Accept: true}}); err != nil {
 			t.Fatal(err)
 		}
 		defer func() {
-			if err := fw.SetRules(ctx, a.cfg.hostName(), SandboxRules{}); err != nil {
+			if err := fw.SetRules(ctx, a.cfg.hostName(), nil); err != nil {
 				t.Error(err)
 			}
 		}()

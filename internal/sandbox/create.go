@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"time"
 
@@ -83,6 +82,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
+	req.Network = ec.network
 	res, err := m.resources(tmpl)
 	if err != nil {
 		return store.Sandbox{}, err
@@ -321,14 +321,31 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 
 // initialise posts envd's /init in inst with the template's and envVars'
 // env vars and rec's access token, presenting token, and, with service,
-// starts the template's service. On error it returns the step that
-// failed.
+// starts the template's service. Before, a sandbox behind an egress
+// gateway gets its proxy's CA into its trust stores (installEgressCA), and
+// the env vars that point runtimes with roots of their own at it. On
+// error it returns the step that failed.
 func (m *Manager) initialise(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, service bool) (string, error) {
 	env := maps.Clone(tmpl.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
 	maps.Copy(env, envVars)
+	if m.cfg.Network != nil && inst.Link().Gateway.IsValid() {
+		ca, err := m.cfg.Network.EgressCA(rec.ID)
+		if err != nil {
+			return "finding the egress CA", err
+		}
+		caEnv, err := installEgressCA(ctx, inst, token, ca)
+		if err != nil {
+			return "installing the egress CA", err
+		}
+		for k, v := range caEnv {
+			if _, set := env[k]; !set { // the template's or the request's wins
+				env[k] = v
+			}
+		}
+	}
 	body := initBody{
 		EnvVars:        env,
 		DefaultUser:    cmp.Or(tmpl.User, defaultUser),
@@ -391,13 +408,7 @@ func initEnvd(ctx context.Context, inst isolation.Instance, token string, body i
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return inst.Dial(ctx, EnvdPort)
-		},
-		DisableKeepAlives: true,
-	}}
-	defer client.CloseIdleConnections()
+	client := envdClient(inst)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://envd/init", bytes.NewReader(payload))
 	if err != nil {
 		return err

@@ -135,9 +135,11 @@ func (m *Manager) createFromSnapshot(ctx context.Context, req CreateRequest, sn 
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	if _, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl); err != nil {
+	ec, err := m.parseEgress(req.Network, req.AllowInternetAccess, tmpl)
+	if err != nil {
 		return store.Sandbox{}, err
 	}
+	req.Network = ec.network
 	now := m.cfg.Now()
 	rec := m.newRecord(req, tmpl, res, backend, now)
 	rec.SnapshotID = sn.ID

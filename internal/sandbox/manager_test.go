@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -61,6 +62,8 @@ type fakeEnvd struct {
 	initHook   func() int // status for /init; nil: 204
 	runs       []string   // "user: cmd args…" of each process started
 	processes  http.Handler
+	files      map[string][]byte // by path, what /files served and took
+	fileOps    []string          // "METHOD path user" of each /files request
 }
 
 func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -77,6 +80,8 @@ func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/health":
 		w.WriteHeader(http.StatusNoContent)
+	case "/files":
+		e.serveFile(w, r)
 	case "/init":
 		var b initBody
 		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
@@ -95,6 +100,37 @@ func (e *fakeEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status)
 	default:
 		http.NotFound(w, r)
+	}
+}
+
+// serveFile is a file system in memory behind envd's /files, for octet-
+// stream uploads and downloads.
+func (e *fakeEnvd) serveFile(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Query().Get("path")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.fileOps = append(e.fileOps, r.Method+" "+path+" "+r.URL.Query().Get("username"))
+	switch r.Method {
+	case http.MethodGet:
+		b, ok := e.files[path]
+		if !ok {
+			http.Error(w, `{"code":404,"message":"not found"}`, http.StatusNotFound)
+			return
+		}
+		w.Write(b)
+	case http.MethodPost:
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if e.files == nil {
+			e.files = map[string][]byte{}
+		}
+		e.files[path] = b
+		w.Write([]byte(`[]`))
+	default:
+		http.Error(w, "method", http.StatusMethodNotAllowed)
 	}
 }
 

@@ -20,6 +20,9 @@ type Network interface {
 	Update(ctx context.Context, id string, rules egress.Rules) error
 	Detach(id string)
 	Events(id string, cursor uint64, limit int) ([]egress.Event, uint64, error)
+	// EgressCA is the certificate (PEM) of the CA an attached sandbox's
+	// egress proxy terminates TLS with to apply header rules.
+	EgressCA(id string) ([]byte, error)
 }
 
 // NetworkUpdate is PUT /sandboxes/{id}/network after the API decoded it. It
@@ -28,6 +31,8 @@ type NetworkUpdate struct {
 	AllowOut            []string
 	DenyOut             []string
 	AllowInternetAccess *bool
+	// Rules is network.rules as sent (egress header rules).
+	Rules json.RawMessage
 }
 
 // egressConfig is what a sandbox's record says about its egress: the E2B
@@ -35,6 +40,9 @@ type NetworkUpdate struct {
 type egressConfig struct {
 	rules egress.Rules
 	bw    network.Bandwidth
+	// network is the config as it is stored: rules' domains in lower
+	// case, as E2B stores them.
+	network json.RawMessage
 }
 
 // bandwidthField is network.bandwidth: caps in Mbit/s, each at most the
@@ -47,16 +55,19 @@ type bandwidthField struct {
 // unsupportedNetworkFields are E2B network fields this server cannot
 // honour; a request that sets one is refused rather than half-obeyed.
 var unsupportedNetworkFields = map[string]string{
-	"rules":       "network.rules (egress header injection) is not supported by this server",
 	"egressProxy": "network.egressProxy (a SOCKS5 egress proxy) is not supported by this server",
 }
 
 // parseEgress reads and checks the egress side of a network config for a
 // sandbox of tmpl (nil: unknown), whose bandwidth is the default.
 func (m *Manager) parseEgress(raw json.RawMessage, allowInternet *bool, tmpl *template.Template) (egressConfig, error) {
-	rules, err := egress.ParseRules(raw, allowInternet)
+	rules, err := m.parseRules(raw, allowInternet)
 	if err != nil {
-		return egressConfig{}, invalid("%v", err)
+		return egressConfig{}, err
+	}
+	stored, err := setNetworkFields(raw, map[string]json.RawMessage{"rules": rules.RulesJSON()})
+	if err != nil {
+		return egressConfig{}, invalid("network: %v", err)
 	}
 	var n struct {
 		Bandwidth *bandwidthField `json:"bandwidth"`
@@ -95,7 +106,20 @@ func (m *Manager) parseEgress(raw json.RawMessage, allowInternet *bool, tmpl *te
 	if err != nil {
 		return egressConfig{}, err
 	}
-	return egressConfig{rules: rules, bw: network.Bandwidth{Down: down, Up: up}}, nil
+	return egressConfig{rules: rules, bw: network.Bandwidth{Down: down, Up: up}, network: stored}, nil
+}
+
+// parseRules is egress.ParseRules for this server: header rules need the
+// egress proxy, which a server without sandbox networking does not run.
+func (m *Manager) parseRules(raw json.RawMessage, allowInternet *bool) (egress.Rules, error) {
+	rules, err := egress.ParseRules(raw, allowInternet)
+	if err != nil {
+		return egress.Rules{}, invalid("%v", err)
+	}
+	if rules.HasHeaderRules() && m.cfg.Network == nil {
+		return egress.Rules{}, invalid("network.rules needs the egress proxy, and this server runs sandboxes without networking")
+	}
+	return rules, nil
 }
 
 // bandwidth turns a requested cap in Mbit/s into bit/s: def when 0, at
@@ -166,19 +190,20 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, u NetworkUpdate)
 		return err
 	}
 	defer sb.op.Unlock()
-	lists, err := json.Marshal(struct {
-		AllowOut []string `json:"allowOut,omitempty"`
-		DenyOut  []string `json:"denyOut,omitempty"`
-	}{u.AllowOut, u.DenyOut})
+	egressFields, err := json.Marshal(struct {
+		AllowOut []string        `json:"allowOut,omitempty"`
+		DenyOut  []string        `json:"denyOut,omitempty"`
+		Rules    json.RawMessage `json:"rules,omitempty"`
+	}{u.AllowOut, u.DenyOut, u.Rules})
+	if err != nil {
+		return invalid("network: %v", err)
+	}
+	rules, err := m.parseRules(egressFields, u.AllowInternetAccess)
 	if err != nil {
 		return err
 	}
-	rules, err := egress.ParseRules(lists, u.AllowInternetAccess)
-	if err != nil {
-		return invalid("%v", err)
-	}
 	_, err = m.cfg.Store.UpdateSandbox(ctx, id, func(rec *store.Sandbox) error {
-		merged, err := replaceEgressLists(rec.Network, u)
+		merged, err := replaceEgress(rec.Network, u, rules)
 		if err != nil {
 			return err
 		}
@@ -198,17 +223,12 @@ func (m *Manager) UpdateNetwork(ctx context.Context, id string, u NetworkUpdate)
 	return nil
 }
 
-// replaceEgressLists returns the stored network config with allowOut and
-// denyOut replaced by u's, every other field kept.
-func replaceEgressLists(raw json.RawMessage, u NetworkUpdate) (json.RawMessage, error) {
-	fields := map[string]json.RawMessage{}
-	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &fields); err != nil {
-			return nil, fmt.Errorf("reading the stored network config: %w", err)
-		}
-	}
+// replaceEgress returns the stored network config with allowOut, denyOut
+// and rules replaced by u's (rules as parsed), every other field kept.
+func replaceEgress(raw json.RawMessage, u NetworkUpdate, rules egress.Rules) (json.RawMessage, error) {
+	fields := map[string]json.RawMessage{"rules": rules.RulesJSON()}
 	for key, list := range map[string][]string{"allowOut": u.AllowOut, "denyOut": u.DenyOut} {
-		delete(fields, key)
+		fields[key] = nil
 		if len(list) > 0 {
 			b, err := json.Marshal(list)
 			if err != nil {
@@ -217,10 +237,42 @@ func replaceEgressLists(raw json.RawMessage, u NetworkUpdate) (json.RawMessage, 
 			fields[key] = b
 		}
 	}
-	if len(fields) == 0 {
+	merged, err := setNetworkFields(raw, fields)
+	if err != nil {
+		return nil, fmt.Errorf("reading the stored network config: %w", err)
+	}
+	return merged, nil
+}
+
+// setNetworkFields returns the network config raw (an object, or empty)
+// with fields set, or removed where their value is nil; nil when nothing
+// is left. raw comes back as it is when there is nothing to change.
+func setNetworkFields(raw json.RawMessage, fields map[string]json.RawMessage) (json.RawMessage, error) {
+	obj := map[string]json.RawMessage{}
+	if len(raw) > 0 && !emptyJSON(raw) {
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil, err
+		}
+	}
+	changed := false
+	for key, v := range fields {
+		old, had := obj[key]
+		switch {
+		case v == nil && had:
+			delete(obj, key)
+			changed = true
+		case v != nil && !bytes.Equal(old, v):
+			obj[key] = v
+			changed = true
+		}
+	}
+	switch {
+	case !changed:
+		return raw, nil
+	case len(obj) == 0:
 		return nil, nil
 	}
-	return json.Marshal(fields)
+	return json.Marshal(obj)
 }
 
 // ErrNoAudit is returned (wrapped) by EgressEvents when this server does

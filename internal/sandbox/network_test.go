@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -66,6 +67,20 @@ func (n *fakeNetwork) Events(id string, _ uint64, _ int) ([]egress.Event, uint64
 		return nil, 0, fmt.Errorf("sandbox %s: not attached", id)
 	}
 	return []egress.Event{{Seq: 1, Kind: egress.EventDNS, Name: id}}, 1, nil
+}
+
+// EgressCA is a stand-in certificate naming the sandbox.
+func (n *fakeNetwork) EgressCA(id string) ([]byte, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.attached[id]; !ok {
+		return nil, fmt.Errorf("sandbox %s: not attached", id)
+	}
+	return []byte(fakeCA(id)), nil
+}
+
+func fakeCA(id string) string {
+	return "-----BEGIN CERTIFICATE-----\nCA of " + id + "\n-----END CERTIFICATE-----\n"
 }
 
 func (n *fakeNetwork) get(id string) (attachment, bool) {
@@ -142,7 +157,8 @@ func TestNetworkCreateInvalid(t *testing.T) {
 	e, _ := newNetworkEnv(t)
 	for _, tc := range []struct{ network, msg string }{
 		{`{"allowOut":["not a rule!"]}`, `network.allowOut[0] "not a rule!": `},
-		{`{"rules":{"a.test":[{"transform":{"headers":{"x":"y"}}}]}}`, "network.rules (egress header injection) is not supported by this server"},
+		{`{"rules":{"a.test":[{"transform":{"headers":{"x":"${e2b.secrets.key}"}}}]}}`, `Value for header "x" in rule for domain "a.test" names an E2B secret`},
+		{`{"rules":{"1.2.3.4":[]}}`, `Rule domain "1.2.3.4" is not a valid domain name.`},
 		{`{"egressProxy":{"address":"p:1080"}}`, "network.egressProxy (a SOCKS5 egress proxy) is not supported by this server"},
 		{`{"bandwidth":{"downMbit":1000}}`, "network.bandwidth.downMbit cannot be greater than 100 (the server's limit)"},
 		{`{"bandwidth":{"upMbit":-1}}`, "network.bandwidth.upMbit must be at least 0.1"},
@@ -204,6 +220,121 @@ func TestEgressEventsWithoutNetwork(t *testing.T) {
 	sb := e.create(t, CreateRequest{Timeout: time.Minute})
 	if _, _, err := e.m.EgressEvents(sb.ID, 0, 10); !errors.Is(err, ErrNoAudit) {
 		t.Errorf("EgressEvents = %v, want ErrNoAudit", err)
+	}
+	// Nothing applies header rules without the gateway: refused, not
+	// dropped, and no CA is installed.
+	_, err := e.m.Create(context.Background(), CreateRequest{Template: "base", Timeout: time.Minute,
+		Network: []byte(`{"rules":{"a.test":[{"transform":{"headers":{"X-Key":"k"}}}]}}`)})
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "network.rules needs the egress proxy") {
+		t.Errorf("Create with rules = %v, want ErrInvalid", err)
+	}
+	if err := e.m.UpdateNetwork(context.Background(), sb.ID, NetworkUpdate{Rules: []byte(`{"a.test":[{"transform":{"headers":{"X-Key":"k"}}}]}`)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("UpdateNetwork with rules = %v, want ErrInvalid", err)
+	}
+	if len(e.envd.fileOps) != 0 {
+		t.Errorf("files touched in a sandbox without a gateway: %v", e.envd.fileOps)
+	}
+}
+
+// TestEgressCAInstalled: before /init the sandbox gets its egress proxy's
+// CA, into the template's trust stores (or one made for it) and a file of
+// its own, and /init the env vars that point Node and requests at them;
+// the template's and the request's values win.
+func TestEgressCAInstalled(t *testing.T) {
+	e, _ := newNetworkEnv(t)
+	first := e.create(t, CreateRequest{Timeout: time.Minute, EnvVars: map[string]string{"NODE_EXTRA_CA_CERTS": "/mine.pem"}})
+	e.envd.mu.Lock()
+	if got := string(e.envd.files[egressCAFile]); got != fakeCA(first.ID) {
+		t.Errorf("%s = %q", egressCAFile, got)
+	}
+	if got, want := string(e.envd.files[caBundles[0]]), egressCAMarker+fakeCA(first.ID); got != want {
+		t.Errorf("%s made for the CA = %q, want %q", caBundles[0], got, want)
+	}
+	env := e.envd.inits[len(e.envd.inits)-1].EnvVars
+	if env["NODE_EXTRA_CA_CERTS"] != "/mine.pem" || env["REQUESTS_CA_BUNDLE"] != "" {
+		t.Errorf("env without a system trust store: %v", env)
+	}
+	for _, op := range e.envd.fileOps {
+		if !strings.HasSuffix(op, " root") {
+			t.Errorf("/files request not as root: %s", op)
+		}
+	}
+	// A template with a trust store: the block is appended (and replaced
+	// when it is installed again: TestWithEgressCA).
+	e.envd.files = map[string][]byte{caBundles[1]: []byte("ROOTS")}
+	e.envd.mu.Unlock()
+	second := e.create(t, CreateRequest{Timeout: time.Minute})
+	e.envd.mu.Lock()
+	defer e.envd.mu.Unlock()
+	if got, want := string(e.envd.files[caBundles[1]]), "ROOTS\n"+egressCAMarker+fakeCA(second.ID); got != want {
+		t.Errorf("%s = %q, want %q", caBundles[1], got, want)
+	}
+	if _, made := e.envd.files[caBundles[0]]; made {
+		t.Errorf("%s made beside the template's trust store", caBundles[0])
+	}
+	env = e.envd.inits[len(e.envd.inits)-1].EnvVars
+	if env["NODE_EXTRA_CA_CERTS"] != egressCAFile || env["REQUESTS_CA_BUNDLE"] != caBundles[1] {
+		t.Errorf("env with a system trust store: %v", env)
+	}
+}
+
+func TestWithEgressCA(t *testing.T) {
+	ca := "-----BEGIN CERTIFICATE-----\nNEW\n-----END CERTIFICATE-----\n"
+	old := egressCAMarker + "-----BEGIN CERTIFICATE-----\nOLD\n-----END CERTIFICATE-----\n"
+	for _, tc := range []struct{ bundle, want string }{
+		{"", egressCAMarker + ca},
+		{"A\n", "A\n" + egressCAMarker + ca},
+		{"A", "A\n" + egressCAMarker + ca},
+		{"A\n" + old + "B\n", "A\nB\n" + egressCAMarker + ca},
+		{"A\n" + old, "A\n" + egressCAMarker + ca},
+	} {
+		if got := string(withEgressCA([]byte(tc.bundle), []byte(ca))); got != tc.want {
+			t.Errorf("withEgressCA(%q) = %q, want %q", tc.bundle, got, tc.want)
+		}
+	}
+}
+
+// TestNetworkRulesStored: header rules reach the gateway, and are stored
+// and echoed as E2B keeps them (domains in lower case); an update
+// replaces or clears them with the lists.
+func TestNetworkRulesStored(t *testing.T) {
+	e, net := newNetworkEnv(t)
+	ctx := context.Background()
+	sb := e.create(t, CreateRequest{Timeout: time.Minute,
+		Network: []byte(`{"allowOut":["API.test"],"rules":{"API.test":[{"transform":{"headers":{"X-Key":"k1"}}}]},"maskRequestHost":"m"}`)})
+	a, _ := net.get(sb.ID)
+	if !a.rules.HasHeaderRules() {
+		t.Error("attached without the header rules")
+	}
+	stored := func() string {
+		t.Helper()
+		rec, err := e.store.GetSandbox(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(rec.Network)
+	}
+	if got, want := stored(), `{"allowOut":["API.test"],"maskRequestHost":"m","rules":{"api.test":[{"transform":{"headers":{"X-Key":"k1"}}}]}}`; got != want {
+		t.Errorf("stored %s, want %s", got, want)
+	}
+	if err := e.m.UpdateNetwork(ctx, sb.ID, NetworkUpdate{Rules: []byte(`{"*.B.test":[{"transform":{"headers":{"X-Key":"k2"}}}]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stored(), `{"maskRequestHost":"m","rules":{"*.b.test":[{"transform":{"headers":{"X-Key":"k2"}}}]}}`; got != want {
+		t.Errorf("stored after update %s, want %s", got, want)
+	}
+	if err := e.m.UpdateNetwork(ctx, sb.ID, NetworkUpdate{Rules: []byte(`{"a.test":[{"transform":{"headers":{"Host":"x"}}}]}`)}); !errors.Is(err, ErrInvalid) {
+		t.Errorf("a rule setting Host: %v, want ErrInvalid", err)
+	}
+	if err := e.m.UpdateNetwork(ctx, sb.ID, NetworkUpdate{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stored(), `{"maskRequestHost":"m"}`; got != want {
+		t.Errorf("stored after clearing %s, want %s", got, want)
+	}
+	ups := net.updates[sb.ID]
+	if len(ups) != 2 || !ups[0].HasHeaderRules() || ups[1].HasHeaderRules() {
+		t.Errorf("gateway updates %+v", ups)
 	}
 }
 

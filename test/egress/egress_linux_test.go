@@ -118,13 +118,21 @@ func newHarness(t *testing.T, backend string) *harness {
 // allow_internet_access; it is killed when the test ends.
 func (h *harness) create(network string, allowInternet *bool) store.Sandbox {
 	h.t.Helper()
-	req := sandbox.CreateRequest{Template: "probe", Timeout: 10 * time.Minute, Secure: true, AllowInternetAccess: allowInternet}
+	req := sandbox.CreateRequest{AllowInternetAccess: allowInternet}
 	if network != "" {
 		req.Network = []byte(network)
 	}
+	return h.createReq(req)
+}
+
+// createReq starts a probe sandbox as req says; it is killed when the
+// test ends.
+func (h *harness) createReq(req sandbox.CreateRequest) store.Sandbox {
+	h.t.Helper()
+	req.Template, req.Timeout, req.Secure = "probe", 10*time.Minute, true
 	sb, err := h.m.Create(context.Background(), req)
 	if err != nil {
-		h.t.Fatalf("creating sandbox (network %s): %v", network, err)
+		h.t.Fatalf("creating sandbox (network %s): %v", req.Network, err)
 	}
 	h.t.Cleanup(func() { _ = h.m.Kill(context.Background(), sb.ID) })
 	return sb

@@ -1,15 +1,20 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -65,6 +70,12 @@ func probe(ctx context.Context, cmd string, args []string) (string, error) {
 	case "get": // URL [ADDR]: GET, connecting to ADDR instead of resolving
 		body, err := get(ctx, args[0], optional(args, 1), probeTimeout)
 		return strings.TrimSpace(string(body)), err
+	case "absent": // HEXSECRET CONTROL: the secret is nowhere the sandbox can read
+		secret, err := hex.DecodeString(args[0])
+		if err != nil {
+			return "", fmt.Errorf("decoding the secret: %w", err)
+		}
+		return absent(secret, []byte(args[1]))
 	case "tcp": // ADDR: connect and echo
 		return "", echo(ctx, "tcp", args[0])
 	case "udp": // ADDR: send and wait for the echo
@@ -151,8 +162,14 @@ func get(ctx context.Context, url, addr string, timeout time.Duration) ([]byte, 
 	return body, nil
 }
 
+// client is an HTTP client that trusts the system's roots, as the
+// sandbox's trust store has them (its egress proxy's CA among them), and
+// the test CA.
 func client(addr string, timeout time.Duration) *http.Client {
-	pool := x509.NewCertPool()
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
 	if pem, err := os.ReadFile(sandboxtest.CAFile); err == nil {
 		pool.AppendCertsFromPEM(pem)
 	}
@@ -227,6 +244,65 @@ func ping(ip string) error {
 			continue
 		}
 	}
+}
+
+// absent looks for secret in everything a process in the sandbox can
+// read: its environment, every process's environment and command line in
+// /proc, and every regular file (but /proc, /sys and /dev, and files over
+// 64 MiB). As a positive control it looks for control in the same places
+// at the same time: the test sets it in the sandbox's env, it is on this
+// probe's command line, and the probe writes it to a file first; a scan
+// that does not find it everywhere proves nothing.
+func absent(secret, control []byte) (string, error) {
+	found := map[string]map[string]bool{"secret": {}, "control": {}}
+	look := func(where string, b []byte) {
+		if bytes.Contains(b, secret) {
+			found["secret"][where] = true
+		}
+		if bytes.Contains(b, control) {
+			found["control"][where] = true
+		}
+	}
+	look("env", []byte(strings.Join(os.Environ(), "\n")))
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range procs {
+		for _, f := range []string{"environ", "cmdline"} {
+			if b, err := os.ReadFile(filepath.Join(p, f)); err == nil {
+				look("/proc/*/"+f, b)
+			}
+		}
+	}
+	if err := os.WriteFile("/tmp/absent-control", control, 0o600); err != nil {
+		return "", fmt.Errorf("writing the control to a file: %w", err)
+	}
+	files := 0
+	filepath.WalkDir("/", func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil // unreadable: nothing there for the sandbox either
+		case d.IsDir() && (path == "/proc" || path == "/sys" || path == "/dev"):
+			return fs.SkipDir
+		case !d.Type().IsRegular():
+			return nil
+		}
+		if info, err := d.Info(); err != nil || info.Size() > 64<<20 {
+			return nil
+		}
+		if b, err := os.ReadFile(path); err == nil {
+			files++
+			look("files", b)
+		}
+		return nil
+	})
+	for _, where := range []string{"env", "/proc/*/environ", "/proc/*/cmdline", "files"} {
+		if !found["control"][where] {
+			return "", fmt.Errorf("the control is not in %s: the scan finds nothing", where)
+		}
+	}
+	if len(found["secret"]) > 0 {
+		return "", fmt.Errorf("the secret is in %v", slices.Sorted(maps.Keys(found["secret"])))
+	}
+	return fmt.Sprintf("secret nowhere; control in env, /proc/*/environ, /proc/*/cmdline and %d files read", files), nil
 }
 
 // zeros is an endless reader of zero bytes.

@@ -88,14 +88,18 @@ func testEgress(t *testing.T, h *harness) {
 
 	t.Run("per-sandbox rules", func(t *testing.T) {
 		h.t = t
-		sb := h.create(`{"allowOut":["extra.test","*.wild.test","198.18.2.0/24"],"denyOut":["a.wild.test"]}`, nil)
+		sb := h.create(`{"allowOut":["extra.test","*.wild.test","198.18.2.0/24"],"denyOut":["a.wild.test","allowed.test"]}`, nil)
 		h.check(sb, []expect{
 			{name: "allowOut widens to a domain", args: []string{"get", "https://extra.test/"}, want: "ok site=extra.test",
 				audit: proxyEvent("extra.test", extraIP, true)},
-			{name: "denyOut beats allowOut", args: []string{"dns", "a.wild.test"}, want: "fail",
-				audit: func(e egress.Event) bool { return dnsEvent("a.wild.test", false)(e) && e.Rule == "denyOut:a.wild.test" }},
-			{name: "... through the proxy too", args: []string{"get", "http://a.wild.test/", wildAIP.String()}, want: "fail status 403",
-				audit: proxyEvent("a.wild.test", netip.Addr{}, false)},
+			{name: "allowOut beats denyOut", args: []string{"get", "http://a.wild.test/"}, want: "ok site=a.wild.test",
+				audit: func(e egress.Event) bool { return dnsEvent("a.wild.test", true)(e) && e.Rule == "allowOut:*.wild.test" }},
+			{name: "denyOut denies a name no allow entry names", args: []string{"dns", "allowed.test"}, want: "fail",
+				audit: func(e egress.Event) bool {
+					return dnsEvent("allowed.test", false)(e) && e.Rule == "denyOut:allowed.test"
+				}},
+			{name: "... through the proxy too", args: []string{"get", "http://allowed.test/", allowedIP.String()}, want: "fail status 403",
+				audit: proxyEvent("allowed.test", netip.Addr{}, false)},
 			{name: "the rest of the wildcard", args: []string{"get", "http://b.wild.test/"}, want: "ok site=b.wild.test"},
 			{name: "a CIDR rule opens other ports", args: []string{"tcp", ap(directIP, 7)}, want: "ok"},
 			{name: "... and UDP", args: []string{"udp", ap(directIP, 7)}, want: "ok"},
@@ -103,6 +107,38 @@ func testEgress(t *testing.T, h *harness) {
 				audit: dropEvent("tcp", otherIP, "default")},
 		})
 	})
+
+	// E2B documents allowOut [host] with denyOut [ALL_TRAFFIC] as "only
+	// this host": allowOut wins over denyOut.
+	t.Run("only this host", func(t *testing.T) {
+		h.t = t
+		sb := h.create(`{"allowOut":["extra.test"],"denyOut":["0.0.0.0/0"]}`, nil)
+		h.check(sb, []expect{
+			{name: "the name resolves", args: []string{"dns", "extra.test"}, want: "ok " + extraIP.String(),
+				audit: func(e egress.Event) bool { return dnsEvent("extra.test", true)(e) && e.Rule == "allowOut:extra.test" }},
+			{name: "over HTTP", args: []string{"get", "http://extra.test/"}, want: "ok site=extra.test",
+				audit: func(e egress.Event) bool { return proxyEvent("extra.test", extraIP, true)(e) && e.Port == 80 }},
+			{name: "over HTTPS", args: []string{"get", "https://extra.test/"}, want: "ok site=extra.test",
+				audit: func(e egress.Event) bool { return proxyEvent("extra.test", extraIP, true)(e) && e.Port == 443 }},
+			{name: "a name the ceiling allows gets no address", args: []string{"dns", "allowed.test"}, want: "fail",
+				audit: func(e egress.Event) bool {
+					return answerRemoved("allowed.test", allowedIP)(e) && e.Rule == "denyOut:0.0.0.0/0"
+				}},
+			{name: "... nor over HTTP at its address", args: []string{"get", "http://allowed.test/", allowedIP.String()}, want: "fail status 403",
+				audit: func(e egress.Event) bool {
+					return proxyEvent("allowed.test", allowedIP, false)(e) && e.Rule == "denyOut:0.0.0.0/0"
+				}},
+			{name: "... nor over HTTPS", args: []string{"get", "https://allowed.test/", allowedIP.String()}, want: "fail",
+				audit: func(e egress.Event) bool { return proxyEvent("allowed.test", allowedIP, false)(e) && e.Port == 443 }},
+			{name: "another name", args: []string{"dns", "other.test"}, want: "fail", audit: dnsEvent("other.test", false)},
+			{name: "another address over HTTP", args: []string{"get", "http://" + otherIP.String() + "/"}, want: "fail status 403"},
+			{name: "the host's address on another port", args: []string{"tcp", ap(extraIP, 7)}, want: "fail",
+				audit: dropEvent("tcp", extraIP, "denied")},
+			{name: "UDP", args: []string{"udp", ap(directIP, 7)}, want: "fail", audit: dropEvent("udp", directIP, "denied")},
+		})
+	})
+
+	t.Run("header rules", func(t *testing.T) { h.t = t; testHeaderRules(t, h) })
 
 	t.Run("allow_internet_access false", func(t *testing.T) {
 		h.t = t

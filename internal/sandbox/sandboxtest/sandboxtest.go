@@ -3,6 +3,7 @@ package sandboxtest
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,9 +49,11 @@ type Config struct {
 	BuildCeiling *egress.Ceiling
 	// Internet, when set, is a test Internet (internal/testenv/inet) the
 	// stack starts once it holds the host lock: the gateways resolve with
-	// its DNS server, and the probe template trusts its CA (CAFile).
-	// Without one they resolve with the host's first nameserver in
-	// /etc/resolv.conf.
+	// its DNS server and verify its servers' certificates with its CA
+	// where their proxies terminate TLS (header rules), and the probe
+	// template trusts that CA (CAFile). Without one they resolve with the
+	// host's first nameserver in /etc/resolv.conf and verify with the
+	// host's roots.
 	Internet *inet.Config
 	// DropLogGroup is the NFLOG group of the firewall's drops, read into
 	// the sandboxes' audit trail; 0: drops are not logged. It must differ
@@ -228,8 +231,11 @@ func (s *Stack) gateways(t testing.TB, cfg Config, pool *network.Pool, fw *netwo
 	}
 	reserved = append(reserved, pool.Prefix())
 	var upstream string
+	var roots *x509.CertPool
 	if s.Internet != nil {
 		upstream = s.Internet.DNS.String()
+		roots = x509.NewCertPool()
+		roots.AppendCertsFromPEM(s.Internet.CACert)
 	} else if upstream, err = hostResolver(); err != nil {
 		t.Fatalf("finding the host's resolver: %v", err)
 	}
@@ -239,6 +245,7 @@ func (s *Stack) gateways(t testing.TB, cfg Config, pool *network.Pool, fw *netwo
 		}
 		gw, err := gateway.New(gateway.Config{
 			Ceiling: c, Upstream: &egress.Cache{Upstream: &egress.NetUpstream{Addr: upstream}}, Firewall: fw, Log: log,
+			UpstreamRoots: roots,
 		})
 		if err != nil {
 			t.Fatalf("making a gateway: %v", err)

@@ -22,6 +22,12 @@
 //	      asked is recorded (Internet.Queries)
 //	HTTP  every address :80:  GET /             "site=<Host> local=<ip:port>"
 //	                          GET /bytes?n=N    N bytes, for throughput
+//	                          GET /digest?header=NAME
+//	                                            "sha256=<hex>" of the header's
+//	                                            values (joined by newlines), 404
+//	                                            without it: a test learns what a
+//	                                            header said without its value
+//	                                            reaching the client
 //	                          POST /sink        reads the body, answers its length
 //	      and the same on AltHTTPPort (8080), a port the sandbox firewall
 //	      does not redirect to the egress proxy

@@ -3,6 +3,7 @@ package inet_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
@@ -217,6 +218,27 @@ func checkHTTP(t *testing.T, in *inet.Internet) {
 		if err != nil || string(b) != strconv.Itoa(n) {
 			t.Errorf("POST %s: %q %v, want %d", url, b, err, n)
 		}
+	}
+
+	// A header's digest, not its value; 404 without it.
+	req, _ := http.NewRequest("GET", "https://"+a1.String()+"/digest?header=X-Key", nil)
+	req.Host = "a.test"
+	req.Header.Set("X-Key", "value")
+	digest := func(req *http.Request) string {
+		resp, err := client("a.test").Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}
+	if got, want := digest(req), fmt.Sprintf("200 sha256=%x", sha256.Sum256([]byte("value"))); got != want {
+		t.Errorf("GET /digest: %q, want %q", got, want)
+	}
+	req.Header.Del("X-Key")
+	if got := digest(req); !strings.HasPrefix(got, "404 ") {
+		t.Errorf("GET /digest without the header: %q, want 404", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -16,6 +17,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -225,6 +227,15 @@ func siteHandler() http.Handler {
 			}
 			n -= k
 		}
+	})
+	mux.HandleFunc("GET /digest", func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("header")
+		values := r.Header.Values(name)
+		if name == "" || len(values) == 0 {
+			http.Error(w, fmt.Sprintf("no header %q", name), http.StatusNotFound)
+			return
+		}
+		fmt.Fprintf(w, "sha256=%x", sha256.Sum256([]byte(strings.Join(values, "\n"))))
 	})
 	mux.HandleFunc("POST /sink", func(w http.ResponseWriter, r *http.Request) {
 		n, err := io.Copy(io.Discard, r.Body)

@@ -1,11 +1,13 @@
 // Egress through the official SDK. No test here sends a packet off this
 // machine: every request is to a name or address the policy denies, which
 // the host's DNS filter and egress proxy refuse without asking anyone else.
-// The allowed paths are covered by test/egress, against a test internet.
+// The allowed paths, and header rules at work, are covered by test/egress,
+// against a test internet.
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { CommandExitError, Sandbox } from 'e2b'
+import { randomBytes } from 'node:crypto'
+import { ALL_TRAFFIC, CommandExitError, Sandbox } from 'e2b'
 
 import { apiFetch, createSandbox, killCreated, mode } from './helpers.mjs'
 
@@ -74,12 +76,79 @@ describe(`egress (${mode} mode)`, { timeout: 180_000 }, () => {
     assert.equal((await sbx.getInfo()).allowInternetAccess, undefined)
   })
 
-  test('unsupported and malformed rules are refused with 400', async () => {
+  test('malformed rules are refused with 400', async () => {
     await assert.rejects(sbx.updateNetwork({ allowOut: ['not a rule!'] }), /not a rule!/)
-    await assert.rejects(
-      Sandbox.create({ network: { rules: { 'example.com': [{ transform: { headers: { 'X-A': 'b' } } }] } } }),
-      /not supported by this server/,
-    )
+    await assert.rejects(sbx.updateNetwork({ egressProxy: { address: 'proxy.test:1080' } }), /not supported by this server/)
+  })
+
+  // network.rules on the wire (E2B: spec/openapi.yml SandboxNetworkRule,
+  // infra's sandbox create handler for the limits and their messages). The
+  // headers reaching a server, and not the sandbox, are test/egress's: they
+  // need a server to reach.
+  test('rules: create sends them, getInfo returns them with the domains in lower case', async () => {
+    const key = 'k-' + randomBytes(12).toString('hex')
+    const { sbx: ruled } = await createSandbox({
+      network: {
+        allowOut: ({ rules }) => [...rules.keys()],
+        denyOut: ({ allTraffic }) => [allTraffic],
+        rules: {
+          'API.example.com': [{ transform: { headers: { 'X-Api-Key': key } } }],
+          '*.example.org': [{ transform: () => ({ headers: { Authorization: 'Bearer from-a-callback' } }) }],
+          'none.example.net': [{ transform: null }],
+        },
+      },
+    })
+    const info = await ruled.getInfo()
+    assert.deepEqual(info.network.allowOut, ['API.example.com', '*.example.org', 'none.example.net'])
+    assert.deepEqual(info.network.denyOut, [ALL_TRAFFIC])
+    assert.deepEqual(info.network.rules, {
+      'api.example.com': [{ transform: { headers: { 'X-Api-Key': key } } }],
+      '*.example.org': [{ transform: { headers: { Authorization: 'Bearer from-a-callback' } } }],
+      'none.example.net': [{}],
+    })
+    // The sandbox trusts its egress proxy's CA (for HTTPS to those names);
+    // the header's value is nowhere in it.
+    const ca = await run(ruled, 'head -1 /usr/local/share/ca-certificates/agent-sandbox-egress.crt; grep -c "agent-sandbox egress CA" /etc/ssl/certs/ca-certificates.crt; echo "$NODE_EXTRA_CA_CERTS $REQUESTS_CA_BUNDLE"')
+    assert.equal(ca.stdout, '-----BEGIN CERTIFICATE-----\n1\n/usr/local/share/ca-certificates/agent-sandbox-egress.crt /etc/ssl/certs/ca-certificates.crt\n', JSON.stringify(ca))
+    // The scan reads its pattern from stdin, so that no command line holds
+    // it; the control, set in this command's env, shows that it finds what
+    // is there.
+    const b64 = (v) => Buffer.from(v).toString('base64')
+    const control = 'c-' + randomBytes(12).toString('hex')
+    const scan = 'scan() { base64 -d | grep -rlsF -f - /etc /home /root /tmp /usr/local /proc/[0-9]*/environ /proc/[0-9]*/cmdline; }'
+    const leak = await ruled.commands.run(`${scan}; echo ${b64(control)} | scan | grep -c environ; echo ${b64(key)} | scan | wc -l`, {
+      envs: { ASB_CONTROL: control },
+      timeoutMs: 30_000,
+    })
+    const [controlHits, keyHits] = leak.stdout.trim().split('\n').map(Number)
+    assert.ok(controlHits >= 1, `the scan does not find the control: ${JSON.stringify(leak)}`)
+    assert.equal(keyHits, 0, JSON.stringify(leak))
+  })
+
+  test('rules: updateNetwork replaces and clears them', async () => {
+    await sbx.updateNetwork({ rules: { 'Api.Example.com': [{ transform: { headers: { 'X-Api-Key': 'second' } } }] } })
+    assert.deepEqual((await sbx.getInfo()).network.rules, { 'api.example.com': [{ transform: { headers: { 'X-Api-Key': 'second' } } }] })
+    await sbx.updateNetwork({})
+    assert.equal((await sbx.getInfo()).network?.rules, undefined)
+  })
+
+  test('rules: E2B limits and what this server cannot obey are refused with 400', async () => {
+    const rule = (headers) => [{ transform: { headers } }]
+    const tooMany = Object.fromEntries([...Array(11).keys()].map((i) => [`h${i}.example.com`, rule({ 'X-A': 'b' })]))
+    const cases = [
+      [tooMany, /Network rules can have at most 10 domains\./],
+      [{ '1.2.3.4': rule({ 'X-A': 'b' }) }, /Rule domain "1\.2\.3\.4" is not a valid domain name\./],
+      [{ 'a.example.com': [{}, {}] }, /Domain "a\.example\.com" can have at most 1 transform rule\./],
+      [{ 'a.example.com': [{ transform: { body: 'x' } }] }, /network\.rules\["a\.example\.com"\]: json: unknown field "body"/],
+      [{ 'a.example.com': rule({ 'X A': 'b' }) }, /Header name "X A" in rule for domain "a\.example\.com" must contain only valid HTTP token characters\./],
+      [{ 'a.example.com': rule({ 'X-A': 'v'.repeat(2049) }) }, /exceeds maximum length of 2048 characters\./],
+      [{ 'a.example.com': rule({ Host: 'other.example.com' }) }, /cannot be set by a rule/],
+      [{ 'a.example.com': rule({ Authorization: 'Bearer ${e2b.secrets.openai}' }) }, /names an E2B secret or identity token/],
+    ]
+    for (const [rules, message] of cases) {
+      await assert.rejects(sbx.updateNetwork({ rules }), message)
+      await assert.rejects(createSandbox({ network: { rules } }), message)
+    }
   })
 
   test('allow_internet_access: false at create', async () => {
