@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/computeruse"
+	"github.com/agent-sandbox/agent-sandbox/internal/recording"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
@@ -36,30 +37,39 @@ func computerUse[Req, Res any](h *Handler, decode func([]byte) (Req, error), act
 		}
 		req, err := decode(body)
 		if err != nil {
-			h.failComputerUse(w, r, err)
+			h.failDisplay(w, r, err)
 			return
 		}
 		res, err := act(computeruse.New(h.displayRun(r.PathValue("id")), template.DesktopDisplay), r.Context(), req)
 		if err != nil {
-			h.failComputerUse(w, r, err)
+			h.failDisplay(w, r, err)
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
 	}
 }
 
-// failComputerUse answers a bad action 400 naming the field, and a
-// sandbox whose display cannot do it (no X server, no xdotool: not a
-// desktop sandbox) 409 with what failed.
-func (h *Handler) failComputerUse(w http.ResponseWriter, r *http.Request, err error) {
+// failDisplay answers a failure of an action on sandbox's display: a
+// bad request 400 naming the field, an unknown recording 404, a paused
+// sandbox or one whose display cannot do it (no X server, no xdotool or
+// ffmpeg: not a desktop sandbox) 409 with what failed.
+func (h *Handler) failDisplay(w http.ResponseWriter, r *http.Request, err error) {
+	id := r.PathValue("id")
 	var input *computeruse.InputError
+	var recInput *recording.InputError
 	var exec *sandbox.ExecError
 	switch {
 	case errors.As(err, &input):
 		writeError(w, http.StatusBadRequest, input.Error())
+	case errors.As(err, &recInput):
+		writeError(w, http.StatusBadRequest, recInput.Error())
+	case errors.Is(err, recording.ErrUnknown):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, sandbox.ErrPaused):
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused: connect to resume it first", id))
 	case errors.As(err, &exec):
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no display the executor can drive (a desktop sandbox has): %v", r.PathValue("id"), err))
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no display this can be done on (a desktop sandbox has): %v", id, err))
 	default:
-		h.fail(w, r, r.PathValue("id"), err)
+		h.fail(w, r, id, err)
 	}
 }

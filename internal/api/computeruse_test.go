@@ -1,9 +1,17 @@
 package api
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
 
 func TestComputerUse(t *testing.T) {
-	setup := func() *fakeSandboxes { return newFake(running("isb1")) }
+	setup := func() *fakeSandboxes {
+		paused := running("isb2")
+		paused.State = store.StatePaused
+		return newFake(running("isb1"), paused)
+	}
 	const tool = `"tool":{"type":"computer_20250124","name":"computer","display_width_px":1024,"display_height_px":768}`
 	const click = `"tool_use":{"type":"tool_use","id":"toolu_1","name":"computer","input":{"action":"left_click","coordinate":[1,2]}}`
 	runCases(t, setup, []apiCase{
@@ -16,6 +24,8 @@ func TestComputerUse(t *testing.T) {
 		{name: "no body", method: "POST", target: "/sandboxes/isb1/computer-use/openai", status: 400},
 		// The fake's sandboxes have no xdotool.
 		{name: "no display", method: "POST", target: "/sandboxes/isb1/computer-use/anthropic", body: `{` + tool + `,` + click + `}`, status: 409},
+		{name: "paused", method: "POST", target: "/sandboxes/isb2/computer-use/anthropic", body: `{` + tool + `,` + click + `}`,
+			status: 409, wantJSON: `{"code":409,"message":"sandbox isb2 is paused: connect to resume it first"}`},
 		{name: "unknown sandbox", method: "POST", target: "/sandboxes/nope/computer-use/anthropic", body: `{` + tool + `,` + click + `}`,
 			status: 404, wantJSON: notFoundBody},
 	})

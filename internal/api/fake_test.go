@@ -191,8 +191,12 @@ func (f *fakeSandboxes) Pause(ctx context.Context, id string, keepMemory bool) e
 func (f *fakeSandboxes) Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.sbs[id]; !ok {
+	sb, ok := f.sbs[id]
+	switch {
+	case !ok:
 		return nil, sandbox.ErrNotFound
+	case sb.State == store.StatePaused:
+		return nil, sandbox.ErrPaused
 	}
 	return nil, &sandbox.ExecError{Args: args, Code: 127, Stderr: args[0] + ": command not found"}
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/recording"
-	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
@@ -28,7 +27,7 @@ func (h *Handler) startRecording(w http.ResponseWriter, r *http.Request) {
 	}
 	rec, err := h.recorder(r.PathValue("id")).Start(r.Context(), body.Format)
 	if err != nil {
-		h.failRecording(w, r, err)
+		h.failDisplay(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusCreated, rec)
@@ -38,26 +37,8 @@ func (h *Handler) startRecording(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) stopRecording(w http.ResponseWriter, r *http.Request) {
 	rec, err := h.recorder(r.PathValue("id")).Stop(r.Context(), r.PathValue("recordingId"))
 	if err != nil {
-		h.failRecording(w, r, err)
+		h.failDisplay(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, rec)
-}
-
-// failRecording answers a bad request 400 naming the field, an unknown
-// recording 404, and a sandbox ffmpeg cannot record (no display, no
-// ffmpeg: not a desktop sandbox) 409 with what failed.
-func (h *Handler) failRecording(w http.ResponseWriter, r *http.Request, err error) {
-	var input *recording.InputError
-	var exec *sandbox.ExecError
-	switch {
-	case errors.As(err, &input):
-		writeError(w, http.StatusBadRequest, input.Error())
-	case errors.Is(err, recording.ErrUnknown):
-		writeError(w, http.StatusNotFound, err.Error())
-	case errors.As(err, &exec):
-		writeError(w, http.StatusConflict, "sandbox "+r.PathValue("id")+" cannot record its display (a desktop sandbox can): "+err.Error())
-	default:
-		h.fail(w, r, r.PathValue("id"), err)
-	}
 }
