@@ -41,6 +41,8 @@ func (m *Manager) Exec(ctx context.Context, id string, env map[string]string, ar
 	if err != nil {
 		return nil, err
 	}
+	// A template deleted since the sandbox started leaves the default user,
+	// which is every built-in template's.
 	user := defaultUser
 	if tmpl, err := m.cfg.Templates.Lookup(rec.TemplateID); err == nil {
 		user = cmp.Or(tmpl.User, defaultUser)
