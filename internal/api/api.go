@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/computeruse"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
@@ -31,6 +32,7 @@ type Sandboxes interface {
 	Logs(ctx context.Context, id string, q store.SandboxLogQuery) ([]store.SandboxLog, error)
 	UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
+	Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error)
 }
 
 // Keys verifies API keys; *store.Store implements it.
@@ -173,6 +175,10 @@ func (h *Handler) routes() {
 	h.mux.Handle("GET /sandboxes/{id}/network/audit", h.auth(h.egressAudit))
 	h.mux.Handle("POST /sandboxes/{id}/fork", h.auth(h.fork))
 	h.mux.Handle("POST /sandboxes/{id}/snapshots", h.auth(h.createSnapshot))
+	h.mux.Handle("POST /sandboxes/{id}/computer-use/anthropic", h.auth(computerUse(h, computeruse.DecodeAnthropic, (*computeruse.Executor).Anthropic)))
+	h.mux.Handle("POST /sandboxes/{id}/computer-use/openai", h.auth(computerUse(h, computeruse.DecodeOpenAI, (*computeruse.Executor).OpenAI)))
+	h.mux.Handle("POST /sandboxes/{id}/recordings", h.auth(h.startRecording))
+	h.mux.Handle("POST /sandboxes/{id}/recordings/{recordingId}/stop", h.auth(h.stopRecording))
 	h.mux.Handle("GET /snapshots", h.auth(h.listSnapshots))
 	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteTemplate))
 	if h.templates != nil {

@@ -1,6 +1,8 @@
 // Package api is the control-plane REST API of the E2B wire protocol
 // (spec §2): creating, listing, inspecting, extending, pausing and killing
-// sandboxes, and their metrics.
+// sandboxes, and their metrics — and our own routes beside it, such as the
+// computer-use executors and display recordings of docs/BROWSER.md, which
+// act in a sandbox through [Sandboxes].Exec.
 //
 // It is a thin translation layer. Requests are decoded and defaulted here
 // (v1 and v2 create and connect differ only in defaults), the work is done by

@@ -188,6 +188,19 @@ func (f *fakeSandboxes) Pause(ctx context.Context, id string, keepMemory bool) e
 	return nil
 }
 
+func (f *fakeSandboxes) Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	sb, ok := f.sbs[id]
+	switch {
+	case !ok:
+		return nil, sandbox.ErrNotFound
+	case sb.State == store.StatePaused:
+		return nil, sandbox.ErrPaused
+	}
+	return nil, &sandbox.ExecError{Args: args, Code: 127, Stderr: args[0] + ": command not found"}
+}
+
 func (f *fakeSandboxes) Logs(ctx context.Context, id string, q store.SandboxLogQuery) ([]store.SandboxLog, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

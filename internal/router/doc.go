@@ -21,4 +21,9 @@
 // token. Nothing else reaches a sandbox's ports: the host's firewall drops
 // connections from the host to sandbox addresses, so the router is the
 // one way in.
+//
+// The DevTools port (template.DevToolsPort, 9222) is Chromium's: the
+// router sends it the loopback Host Chromium insists on and rewrites the
+// WebSocket endpoints in its /json listings to the host the client used
+// (devtools.go), so CDP clients outside connect through the router.
 package router

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
 // Dialer opens connections to ports inside sandboxes; *sandbox.Manager
@@ -104,11 +105,12 @@ func New(cfg Config) (*Router, error) {
 		ExpectContinueTimeout: time.Second,
 	}
 	rt.proxy = &httputil.ReverseProxy{
-		Rewrite:       rewrite,
-		Transport:     rt.transport,
-		FlushInterval: -1,
-		ErrorHandler:  rt.proxyError,
-		ErrorLog:      slog.NewLogLogger(rt.log.Handler(), slog.LevelDebug),
+		Rewrite:        rewrite,
+		Transport:      rt.transport,
+		ModifyResponse: rewriteDevTools,
+		FlushInterval:  -1,
+		ErrorHandler:   rt.proxyError,
+		ErrorLog:       slog.NewLogLogger(rt.log.Handler(), slog.LevelDebug),
 	}
 	return rt, nil
 }
@@ -164,6 +166,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			t.host = strings.ReplaceAll(in.MaskRequestHost, "${PORT}", strconv.Itoa(t.port))
 		}
+	}
+	if t.port == template.DevToolsPort {
+		t = devToolsTarget(r, t)
 	}
 	if !rt.wake(w, r, t) {
 		return

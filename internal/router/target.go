@@ -23,6 +23,9 @@ type target struct {
 	id   string
 	port int
 	host string // Host header for the sandbox; "" keeps the client's
+	// publicWS is the client's ws(s)://host, to which the DevTools
+	// port's endpoints are rewritten (devtools.go); "" for other ports.
+	publicWS string
 }
 
 // routeError is a request that is for a sandbox but names it badly (400).

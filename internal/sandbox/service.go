@@ -114,9 +114,13 @@ func startService(ctx context.Context, inst isolation.Instance, rec store.Sandbo
 // user (bash -l -c, as the SDKs run commands), with envd access token
 // token.
 func shellCommand(user, token, cmd string) *connect.Request[process.StartRequest] {
-	req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{
-		Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd},
-	}})
+	return startRequest(user, token, &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", cmd}})
+}
+
+// startRequest is the envd request that starts p as user, with envd
+// access token token.
+func startRequest(user, token string, p *process.ProcessConfig) *connect.Request[process.StartRequest] {
+	req := connect.NewRequest(&process.StartRequest{Process: p})
 	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
 	req.Header().Set("X-Access-Token", token)
 	return req

@@ -34,6 +34,8 @@ func Desktop() Spec {
 			// The stream: x11vnc, noVNC with websockify, and netstat, which
 			// the SDK polls for the noVNC port.
 			"x11vnc", "novnc", "python3-websockify", "net-tools",
+			// Recordings of the display (x11grab), internal/computeruse.
+			"ffmpeg",
 		},
 		Steps: []Step{
 			// The SDK runs `cd /opt/noVNC/utils && ./novnc_proxy --web

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { Sandbox } from 'e2b'
 
-import { RUN_META_KEY, killCreated, mode, runTag, track, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, killCreated, mode, runTag, serveDir, track } from './helpers.mjs'
 
 const PORT = 8000
 const PAGE = `http://127.0.0.1:${PORT}/`
@@ -31,14 +31,7 @@ describe(`browser template: headless Chromium (${mode} mode)`, { timeout: 240_00
       `<!doctype html><html><body><p id="out">static</p>` +
         `<script>document.getElementById('out').textContent = ${JSON.stringify(word)}</script></body></html>`
     )
-    await sbx.commands.run(`python3 -m http.server ${PORT} --bind 127.0.0.1 --directory ${SITE}`, {
-      background: true,
-      timeoutMs: 0,
-    })
-    await waitFor(() => sbx.commands.run(`curl -sf -o /dev/null ${PAGE}`).then(() => true, () => false), {
-      timeoutMs: 10_000,
-      what: 'the page server in the sandbox',
-    })
+    await serveDir(sbx, SITE, PORT)
   })
 
   test('figures: Sandbox.create', (t) => {

@@ -182,3 +182,15 @@ export function sha256(bytes) {
 }
 
 export { sleep }
+
+/**
+ * Serves dir of sbx over HTTP on its loopback (python3 -m http.server on
+ * 127.0.0.1:port, in the background) and waits until it answers.
+ */
+export async function serveDir(sbx, dir, port) {
+  await sbx.commands.run(`python3 -m http.server ${port} --bind 127.0.0.1 --directory ${dir}`, { background: true, timeoutMs: 0 })
+  await waitFor(() => sbx.commands.run(`curl -sf -o /dev/null http://127.0.0.1:${port}/`).then(() => true, () => false), {
+    timeoutMs: 10_000,
+    what: 'the page server in the sandbox',
+  })
+}

@@ -1,0 +1,44 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/recording"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
+)
+
+// Recordings of a sandbox's display (docs/BROWSER.md): ffmpeg in the
+// sandbox writes the file, which the files API serves.
+
+// recorder records sandbox id's X display.
+func (h *Handler) recorder(id string) *recording.Recorder {
+	return recording.New(h.displayRun(id), template.DesktopDisplay)
+}
+
+// startRecording implements POST /sandboxes/{id}/recordings
+// {"format": "mp4" | "webm"}, mp4 when the body is absent.
+func (h *Handler) startRecording(w http.ResponseWriter, r *http.Request) {
+	body := struct {
+		Format string `json:"format"`
+	}{Format: "mp4"}
+	if err := h.decodeBody(w, r, &body); err != nil && !errors.Is(err, errNoBody) {
+		return
+	}
+	rec, err := h.recorder(r.PathValue("id")).Start(r.Context(), body.Format)
+	if err != nil {
+		h.failDisplay(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, rec)
+}
+
+// stopRecording implements POST /sandboxes/{id}/recordings/{recordingId}/stop.
+func (h *Handler) stopRecording(w http.ResponseWriter, r *http.Request) {
+	rec, err := h.recorder(r.PathValue("id")).Stop(r.Context(), r.PathValue("recordingId"))
+	if err != nil {
+		h.failDisplay(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rec)
+}

@@ -1,0 +1,77 @@
+package sandbox
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/agent-sandbox/agent-sandbox/gen/process"
+	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
+)
+
+// ExecError is a command Exec ran that exited non-zero.
+type ExecError struct {
+	Args   []string
+	Code   int
+	Stderr string
+}
+
+// ExitCode is the command's exit code.
+func (e *ExecError) ExitCode() int { return e.Code }
+
+func (e *ExecError) Error() string {
+	return fmt.Sprintf("%s exited %d: %s", e.Args[0], e.Code, strings.TrimSpace(e.Stderr))
+}
+
+// Exec runs args (no shell) in running sandbox id through its envd, as the
+// template's user with env added to the environment, and returns what it
+// wrote to stdout once it exits 0; an *ExecError when it exits otherwise.
+// It is how the server's own features (the computer-use executor) act in
+// a sandbox; what they run is theirs, never a client's command line.
+func (m *Manager) Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error) {
+	if len(args) == 0 {
+		return nil, errors.New("exec: no command")
+	}
+	rec, err := m.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	// A template deleted since the sandbox started leaves the default user,
+	// which is every built-in template's.
+	user := defaultUser
+	if tmpl, err := m.cfg.Templates.Lookup(rec.TemplateID); err == nil {
+		user = cmp.Or(tmpl.User, defaultUser)
+	}
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return m.Dial(ctx, id, EnvdPort)
+		},
+		DisableKeepAlives: true,
+	}}
+	client := processconnect.NewProcessClient(hc, "http://envd")
+	stream, err := client.Start(ctx, startRequest(user, rec.EnvdAccessToken, &process.ProcessConfig{Cmd: args[0], Args: args[1:], Envs: env}))
+	if err != nil {
+		return nil, fmt.Errorf("running %s in sandbox %s: %w", args[0], id, err)
+	}
+	defer stream.Close()
+	var stdout, stderr bytes.Buffer
+	for stream.Receive() {
+		ev := stream.Msg().GetEvent()
+		if d := ev.GetData(); d != nil {
+			stdout.Write(d.GetStdout())
+			stderr.Write(d.GetStderr())
+		}
+		if end := ev.GetEnd(); end != nil {
+			if code := exitCode(end); code != 0 {
+				return nil, &ExecError{Args: args, Code: code, Stderr: stderr.String()}
+			}
+			return stdout.Bytes(), nil
+		}
+	}
+	return nil, fmt.Errorf("running %s in sandbox %s: %w", args[0], id, cmp.Or(stream.Err(), errors.New("no end event")))
+}
