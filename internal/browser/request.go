@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -96,7 +97,7 @@ func DecodeAction(body []byte) (Action, error) {
 	if !ok {
 		return Action{}, badField("action", "%q is not one of %s", a.Action, strings.Join(Actions(), ", "))
 	}
-	for name := range present {
+	for _, name := range slices.Sorted(maps.Keys(present)) {
 		if name != "action" && !slices.Contains(allowed, name) {
 			return Action{}, badField(name, "%s does not take it", a.Action)
 		}
@@ -115,12 +116,12 @@ func (a Action) check(present map[string]json.RawMessage) error {
 			return badField("url", "%q is not an http or https URL", a.URL)
 		}
 	case "click":
-		return a.checkTarget(true)
+		return a.checkTarget()
 	case "fill", "select":
 		if a.Value == nil {
 			return badField("value", "%s needs it", a.Action)
 		}
-		return a.checkTarget(false)
+		return a.checkTarget()
 	case "press":
 		if _, err := keyEvent(a.Key); err != nil {
 			return err
@@ -163,25 +164,20 @@ func (a Action) check(present map[string]json.RawMessage) error {
 }
 
 // checkTarget checks that a names exactly one element: a selector, a ref,
-// or (when points are allowed) the coordinates x and y.
-func (a Action) checkTarget(points bool) error {
+// or (click only) the coordinates x and y.
+func (a Action) checkTarget() error {
 	n := 0
 	for _, set := range []bool{a.Selector != "", a.Ref != "", a.X != nil || a.Y != nil} {
 		if set {
 			n++
 		}
 	}
-	if a.X != nil || a.Y != nil {
-		if !points {
-			return badField("x", "%s takes a selector or a ref", a.Action)
-		}
-		if a.X == nil || a.Y == nil {
-			return badField("y", "coordinates need both x and y")
-		}
+	if (a.X == nil) != (a.Y == nil) { // only click takes them (fields)
+		return badField("y", "coordinates need both x and y")
 	}
 	if n != 1 {
 		want := "selector or ref"
-		if points {
+		if slices.Contains(fields[a.Action], "x") {
 			want = "selector, ref, or x and y"
 		}
 		return badField("selector", "%s needs exactly one of %s", a.Action, want)
