@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -56,7 +57,7 @@ func (h *Handler) failBrowser(w http.ResponseWriter, r *http.Request, err error)
 	case errors.Is(err, browser.ErrNoBrowser):
 		tmpl := "its template"
 		if sb, gerr := h.sandboxes.Get(r.Context(), id); gerr == nil {
-			tmpl = "template " + sb.TemplateID
+			tmpl = "template " + cmp.Or(sb.Alias, sb.TemplateID)
 		}
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no browser: %s runs no Chromium with DevTools on port %d (the browser template does)", id, tmpl, template.DevToolsPort))
 	default:
