@@ -167,6 +167,9 @@ func (s *Session) navigate(ctx context.Context, a Action) (Result, error) {
 	loads, stop := s.conn.Subscribe(page.LoadEventFired.Method)
 	defer stop()
 	res, err := cdp.Call(ctx, s.conn, page.Navigate, page.NavigateParams{URL: a.URL})
+	if err != nil && ctx.Err() != nil {
+		return Result{}, pageErr("%s did not load within %s", a.URL, a.timeout())
+	}
 	if err != nil {
 		return Result{}, err
 	}
@@ -330,7 +333,11 @@ func value(obj *runtime.RemoteObject, exc *runtime.ExceptionDetails, err error) 
 		return nil, err
 	}
 	if exc != nil {
-		return nil, pageErr("the page's script threw: %s", exc.Text)
+		why := exc.Text
+		if exc.Exception != nil && exc.Exception.Description != "" {
+			why = exc.Exception.Description
+		}
+		return nil, pageErr("the page's script threw: %s", why)
 	}
 	if obj == nil {
 		return nil, nil
@@ -398,13 +405,15 @@ func (s *Session) wait(ctx context.Context, a Action) error {
 	defer tick.Stop()
 	for {
 		done, err := s.waited(ctx, a)
-		if err != nil || done {
+		switch {
+		case ctx.Err() != nil: // the deadline, perhaps cutting the probe short
+			return pageErr("wait for %s: not within %s", a.For, a.timeout())
+		case err != nil || done:
 			return err
 		}
 		select {
 		case <-tick.C:
 		case <-ctx.Done():
-			return pageErr("wait for %s: not within %s", a.For, a.timeout())
 		}
 	}
 }
@@ -441,12 +450,12 @@ func (s *Session) waited(ctx context.Context, a Action) (bool, error) {
 	}
 }
 
-// extractJS are the page scripts of extract; %s is the element's selector
-// as a JSON string, or null for the document.
+// extractJS are the page scripts of extract, functions of the element's
+// selector (null for the whole page).
 var extractJS = map[string]string{
-	"text":  "(document.querySelector(%[1]s ?? 'body') ?? {innerText: null}).innerText",
-	"html":  "(%[1]s === null ? document.documentElement : document.querySelector(%[1]s) ?? {outerHTML: null}).outerHTML",
-	"links": "[...document.links].map((a) => ({text: a.innerText.trim(), href: a.href}))",
+	"text":  "((sel) => (document.querySelector(sel ?? 'body') ?? {innerText: null}).innerText)",
+	"html":  "((sel) => (sel === null ? document.documentElement : document.querySelector(sel) ?? {outerHTML: null}).outerHTML)",
+	"links": "(() => [...document.links].map((a) => ({text: a.innerText.trim(), href: a.href})))",
 }
 
 func (s *Session) extract(ctx context.Context, a Action) (Result, error) {
@@ -458,7 +467,7 @@ func (s *Session) extract(ctx context.Context, a Action) (Result, error) {
 	if a.Selector != "" {
 		sel, _ = json.Marshal(a.Selector)
 	}
-	raw, err := s.eval(ctx, fmt.Sprintf(extractJS[a.Format], sel))
+	raw, err := s.eval(ctx, extractJS[a.Format]+"("+string(sel)+")")
 	if err != nil {
 		return Result{}, err
 	}

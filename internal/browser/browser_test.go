@@ -395,3 +395,40 @@ func TestBuildTree(t *testing.T) {
 		t.Errorf("parseRef(e9) = %d, %v; want the backend node 9", id, err)
 	}
 }
+
+func TestWaitTimesOutAndTheSessionLives(t *testing.T) {
+	f := newFakeChromium(t)
+	f.answer("Runtime.evaluate", func(json.RawMessage) (any, []string) {
+		return map[string]any{"result": map[string]any{"type": "boolean", "value": false}}, nil
+	})
+	sess := session(t, f)
+	_, err := sess.Do(context.Background(), decode(t, `{"action":"wait","for":"selector","selector":"#late","timeoutMs":200}`))
+	var pe *PageError
+	if !errors.As(err, &pe) || !strings.Contains(pe.Msg, "not within 200ms") {
+		t.Fatalf("wait = %v, want a PageError saying it timed out", err)
+	}
+	// The deadline ended the action, not the connection.
+	f.answer("Page.captureScreenshot", func(json.RawMessage) (any, []string) { return map[string]any{"data": "AA=="}, nil })
+	if _, err := sess.Do(context.Background(), decode(t, `{"action":"screenshot"}`)); err != nil {
+		t.Errorf("screenshot after a timed-out wait: %v", err)
+	}
+}
+
+func TestExtractLinks(t *testing.T) {
+	f := newFakeChromium(t)
+	f.answer("Runtime.evaluate", func(p json.RawMessage) (any, []string) {
+		var params struct{ Expression string }
+		json.Unmarshal(p, &params)
+		if !strings.HasPrefix(params.Expression, "(() => [...document.links]") || !strings.HasSuffix(params.Expression, ")(null)") {
+			return errors.New("unexpected expression " + params.Expression), nil
+		}
+		return map[string]any{"result": map[string]any{"type": "object", "value": []map[string]string{{"text": "Home", "href": "http://x/"}}}}, nil
+	})
+	res, err := session(t, f).Do(context.Background(), decode(t, `{"action":"extract","format":"links"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]Link{{Text: "Home", Href: "http://x/"}}, res.Links); diff != "" {
+		t.Errorf("links (-want +got):\n%s", diff)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/chromedp/cdproto/cdp"
 	jsonv2 "github.com/chromedp/cdproto/cdp/jsonv2"
@@ -24,6 +25,10 @@ type conn struct {
 }
 
 var _ cdp.Session = (*conn)(nil)
+
+// writeTimeout bounds the sending of one command; a connection that
+// cannot take a frame for that long is broken.
+const writeTimeout = 10 * time.Second
 
 // reply is a command's answer: its result or the browser's error.
 type reply struct {
@@ -118,7 +123,11 @@ func (c *conn) Call(ctx context.Context, method string, params, result any) erro
 		Method string          `json:"method"`
 		Params json.RawMessage `json:"params"`
 	}{id, method, json.RawMessage(raw)}) // raw is valid JSON
-	if err := c.ws.Write(ctx, websocket.MessageText, frame); err != nil {
+	// Not ctx: the WebSocket closes when a write's context ends, and an
+	// action's deadline must end the action, not the session.
+	wctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if err := c.ws.Write(wctx, websocket.MessageText, frame); err != nil {
 		c.forget(id)
 		return fmt.Errorf("sending %s: %w", method, err)
 	}
