@@ -157,7 +157,9 @@ func (c *conn) forget(id int64) {
 
 // Subscribe implements cdp.Session.
 func (c *conn) Subscribe(method string) (<-chan jsonv2.Value, func()) {
-	ch := make(chan jsonv2.Value, 64)
+	// Room for a busy page's burst of network events: a subscriber that
+	// falls this far behind loses events rather than stall the reader.
+	ch := make(chan jsonv2.Value, 1024)
 	c.mu.Lock()
 	c.subs[method] = append(c.subs[method], ch)
 	c.mu.Unlock()
