@@ -53,7 +53,7 @@ func (h *Handler) failBrowser(w http.ResponseWriter, r *http.Request, err error)
 	case errors.As(err, &page):
 		writeError(w, http.StatusUnprocessableEntity, page.Error())
 	case errors.Is(err, sandbox.ErrPaused):
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused: connect to resume it first", id))
+		writePaused(w, id)
 	case errors.Is(err, browser.ErrNoBrowser):
 		tmpl := "its template"
 		if sb, gerr := h.sandboxes.Get(r.Context(), id); gerr == nil {
