@@ -46,7 +46,7 @@ type Options struct {
 }
 
 // Groups are the groups of figures a run measures, for Options.Only.
-var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle", "vm", "gvisor"}
+var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle", "browser", "vm", "gvisor"}
 
 // runs reports whether the run measures group.
 func (o *Options) runs(group string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, group) }
@@ -185,6 +185,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			{"neighbours", func() ([]*Figure, error) { return measureNeighbours(ctx, &opts, c) }},
 			{"disk", func() ([]*Figure, error) { return measureDiskNeighbour(ctx, &opts, c) }},
 			{"lifecycle", func() ([]*Figure, error) { return measureLifecycle(ctx, &opts, c, createName) }},
+			{"browser", func() ([]*Figure, error) { return measureBrowser(ctx, &opts, c) }},
 		}
 	}
 	if opts.ServerURL != "" {
@@ -220,7 +221,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			r.Server += fmt.Sprintf("; gvisor: --backend gvisor --data-dir %s (without a pool, then --warm-pool %s)", opts.GvisorDataDir, opts.Pool)
 		}
 		jail := serverSpec{dataDir: opts.DataDir, pool: opts.Pool}
-		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") || opts.runs("lifecycle") {
+		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") || opts.runs("lifecycle") || opts.runs("browser") {
 			figs, err := withServer(ctx, &opts, jail, func(_ *server, c *client.Client) ([]*Figure, error) {
 				return measure(append([]group{{"pooled", func() ([]*Figure, error) {
 					return measurePooled(ctx, &opts, c, figPoolCreate)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/browser"
 	"github.com/agent-sandbox/agent-sandbox/internal/computeruse"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
@@ -70,6 +71,8 @@ type Config struct {
 	Volumes Volumes
 	// MCP serves the MCP tools at /mcp; nil leaves the route out.
 	MCP MCPServer
+	// Browsers drive the browser action API; nil leaves the route out.
+	Browsers *browser.Sessions
 	// Ready reports whether the server can take requests (GET /health);
 	// nil means always ready.
 	Ready func() bool
@@ -93,6 +96,7 @@ type Handler struct {
 	templates   *TemplateBuilds
 	volumes     Volumes
 	mcp         MCPServer
+	browsers    *browser.Sessions
 	envdVersion string
 	domain      string
 	ready       func() bool
@@ -119,6 +123,7 @@ func New(cfg Config) (*Handler, error) {
 		templates:   cfg.Templates,
 		volumes:     cfg.Volumes,
 		mcp:         cfg.MCP,
+		browsers:    cfg.Browsers,
 		envdVersion: cfg.EnvdVersion,
 		domain:      cfg.Domain,
 		ready:       cfg.Ready,
@@ -178,6 +183,9 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/computer-use/anthropic", h.auth(computerUse(h, computeruse.DecodeAnthropic, (*computeruse.Executor).Anthropic)))
 	h.mux.Handle("POST /sandboxes/{id}/computer-use/openai", h.auth(computerUse(h, computeruse.DecodeOpenAI, (*computeruse.Executor).OpenAI)))
 	h.mux.Handle("POST /sandboxes/{id}/recordings", h.auth(h.startRecording))
+	if h.browsers != nil {
+		h.mux.Handle("POST /sandboxes/{id}/browser/actions", h.auth(h.browserAction))
+	}
 	h.mux.Handle("POST /sandboxes/{id}/recordings/{recordingId}/stop", h.auth(h.stopRecording))
 	h.mux.Handle("GET /snapshots", h.auth(h.listSnapshots))
 	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteTemplate))

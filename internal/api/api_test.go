@@ -18,6 +18,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/browser"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
@@ -59,6 +61,7 @@ func newHandler(t testing.TB, f *fakeSandboxes, mod ...func(*Config)) *Handler {
 		EnvdVersion: "0.6.4",
 		Domain:      "example.test",
 		Now:         func() time.Time { return testNow.Add(time.Hour) },
+		Browsers:    browser.NewSessions(f, 9222, func(err error) bool { return errors.Is(err, isolation.ErrPortClosed) }),
 	}
 	for _, m := range mod {
 		m(&cfg)

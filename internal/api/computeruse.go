@@ -66,10 +66,16 @@ func (h *Handler) failDisplay(w http.ResponseWriter, r *http.Request, err error)
 	case errors.Is(err, recording.ErrUnknown):
 		writeError(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, sandbox.ErrPaused):
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused: connect to resume it first", id))
+		writePaused(w, id)
 	case errors.As(err, &exec):
 		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no display this can be done on (a desktop sandbox has): %v", id, err))
 	default:
 		h.fail(w, r, id, err)
 	}
+}
+
+// writePaused answers an action that needs sandbox id running while it is
+// paused (sandbox.ErrPaused).
+func writePaused(w http.ResponseWriter, id string) {
+	writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s is paused: connect to resume it first", id))
 }

@@ -2,7 +2,8 @@
 // (spec §2): creating, listing, inspecting, extending, pausing and killing
 // sandboxes, and their metrics — and our own routes beside it, such as the
 // computer-use executors and display recordings of docs/BROWSER.md, which
-// act in a sandbox through [Sandboxes].Exec.
+// act in a sandbox through [Sandboxes].Exec, and the browser action API,
+// which drives a browser sandbox's Chromium through [browser.Sessions].
 //
 // It is a thin translation layer. Requests are decoded and defaulted here
 // (v1 and v2 create and connect differ only in defaults), the work is done by

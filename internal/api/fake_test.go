@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
@@ -189,16 +191,33 @@ func (f *fakeSandboxes) Pause(ctx context.Context, id string, keepMemory bool) e
 }
 
 func (f *fakeSandboxes) Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error) {
+	if err := f.reachable(id); err != nil {
+		return nil, err
+	}
+	return nil, &sandbox.ExecError{Args: args, Code: 127, Stderr: args[0] + ": command not found"}
+}
+
+// reachable is what Exec and Dial answer for a sandbox that is not
+// running: ErrNotFound or ErrPaused.
+func (f *fakeSandboxes) reachable(id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	sb, ok := f.sbs[id]
 	switch {
 	case !ok:
-		return nil, sandbox.ErrNotFound
+		return sandbox.ErrNotFound
 	case sb.State == store.StatePaused:
-		return nil, sandbox.ErrPaused
+		return sandbox.ErrPaused
 	}
-	return nil, &sandbox.ExecError{Args: args, Code: 127, Stderr: args[0] + ": command not found"}
+	return nil
+}
+
+// Dial implements browser.Dialer: the fake's sandboxes listen on no port.
+func (f *fakeSandboxes) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	if err := f.reachable(id); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, id, isolation.ErrPortClosed)
 }
 
 func (f *fakeSandboxes) Logs(ctx context.Context, id string, q store.SandboxLogQuery) ([]store.SandboxLog, error) {

@@ -21,7 +21,10 @@ commands.run('true') through the router, 1 MiB and 100 MiB uploads and
 downloads, kill latency, and the host memory of idle sandboxes; then the
 same kinds of figure for the vm backend (create from a memory snapshot,
 from the warm pool and by a cold boot, the round trip, the host memory of
-idle VMs), each shown against the jail's. Baselines
+idle VMs), each shown against the jail's; and on browser sandboxes the
+browser action API (the DevTools attach of a sandbox's first action, the
+click round trip, the screenshot), each against the command round trip or
+the click of the same run. Baselines
 are measured in the same run: the bare isolation floor (fork, the jail's
 namespaces, exec of /bin/true), bwrap and runsc where installed, the host
 running bash -l -c true, and a loopback HTTP transfer; each figure is shown

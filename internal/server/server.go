@@ -7,6 +7,7 @@ package server
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
+	"github.com/agent-sandbox/agent-sandbox/internal/browser"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
@@ -47,6 +49,7 @@ type Server struct {
 	volumes   *volume.Service
 	manager   *sandbox.Manager
 	router    *router.Router
+	browsers  *browser.Sessions
 	net       *sandboxNetwork
 	// releaseHost gives back the host lock on sandbox networking.
 	releaseHost func()
@@ -178,6 +181,7 @@ func (s *Server) Close() {
 	s.net.gateway.Close()
 	s.net.builds.Close()
 	s.router.Close()
+	s.browsers.Close()
 	s.store.Close()
 	s.releaseHost()
 }
@@ -279,6 +283,7 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	if err := hs.Shutdown(shutdownCtx); err != nil {
 		hs.Close() // streams never go idle by themselves
 	}
+	s.browsers.Close()
 	s.builtIns.close()
 	s.builds.Close()
 	return s.manager.Close()
@@ -379,6 +384,7 @@ func (s *Server) routes() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.browsers = browser.NewSessions(s.manager, template.DevToolsPort, func(err error) bool { return errors.Is(err, isolation.ErrPortClosed) })
 	apiHandler, err := api.New(api.Config{
 		Sandboxes:      s.manager,
 		Keys:           s.store,
@@ -389,6 +395,7 @@ func (s *Server) routes() (http.Handler, error) {
 		DefaultTimeout: s.cfg.DefaultTimeout,
 		Volumes:        s.volumes,
 		MCP:            tools,
+		Browsers:       s.browsers,
 		Log:            s.log.With("component", "api"),
 	})
 	if err != nil {

@@ -18,26 +18,12 @@ import { randomBytes } from 'node:crypto'
 import { chromium } from 'playwright-core'
 import { Sandbox } from 'e2b'
 
-import { RUN_META_KEY, apiFetch, hostUrl, killCreated, mode, runTag, serveDir, track } from './helpers.mjs'
+import { FORM, RUN_META_KEY, apiFetch, hostUrl, killCreated, mode, runTag, serveDir, track } from './helpers.mjs'
 
 const DEVTOOLS_PORT = 9222
 const PORT = 8000
 const PAGE = `http://127.0.0.1:${PORT}/form.html`
 const SITE = '/home/user/site'
-
-// A form whose submit handler writes what was typed and chosen into the
-// page, so only a browser that ran the page's script and took the input
-// shows it.
-const FORM = `<!doctype html><html><body>
-<form id="f"><input name="who"><select name="color"><option>red</option><option>green</option></select>
-<button type="submit">Send</button></form><p id="result">none</p>
-<script>
-document.getElementById('f').addEventListener('submit', (e) => {
-  e.preventDefault()
-  const d = new FormData(e.target)
-  document.getElementById('result').textContent = 'hello ' + d.get('who') + ' in ' + d.get('color')
-})
-</script></body></html>`
 
 after(killCreated)
 

@@ -194,3 +194,17 @@ export async function serveDir(sbx, dir, port) {
     what: 'the page server in the sandbox',
   })
 }
+
+// A form whose submit handler writes what was typed and chosen into the
+// page, so only a browser that ran the page's script and took the input
+// shows it.
+export const FORM = `<!doctype html><html><body>
+<form id="f"><input name="who"><select name="color"><option>red</option><option>green</option></select>
+<button type="submit">Send</button></form><p id="result">none</p>
+<script>
+document.getElementById('f').addEventListener('submit', (e) => {
+  e.preventDefault()
+  const d = new FormData(e.target)
+  document.getElementById('result').textContent = 'hello ' + d.get('who') + ' in ' + d.get('color')
+})
+</script></body></html>`
