@@ -10,6 +10,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/computeruse"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
+	"github.com/agent-sandbox/agent-sandbox/internal/liveview"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
@@ -70,6 +71,8 @@ type Config struct {
 	Volumes Volumes
 	// MCP serves the MCP tools at /mcp; nil leaves the route out.
 	MCP MCPServer
+	// LiveView signs live view links; nil leaves the route out.
+	LiveView *liveview.Signer
 	// Ready reports whether the server can take requests (GET /health);
 	// nil means always ready.
 	Ready func() bool
@@ -93,6 +96,7 @@ type Handler struct {
 	templates   *TemplateBuilds
 	volumes     Volumes
 	mcp         MCPServer
+	liveView    *liveview.Signer
 	envdVersion string
 	domain      string
 	ready       func() bool
@@ -118,6 +122,7 @@ func New(cfg Config) (*Handler, error) {
 		keys:        cfg.Keys,
 		templates:   cfg.Templates,
 		volumes:     cfg.Volumes,
+		liveView:    cfg.LiveView,
 		mcp:         cfg.MCP,
 		envdVersion: cfg.EnvdVersion,
 		domain:      cfg.Domain,
@@ -179,6 +184,9 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/computer-use/openai", h.auth(computerUse(h, computeruse.DecodeOpenAI, (*computeruse.Executor).OpenAI)))
 	h.mux.Handle("POST /sandboxes/{id}/recordings", h.auth(h.startRecording))
 	h.mux.Handle("POST /sandboxes/{id}/recordings/{recordingId}/stop", h.auth(h.stopRecording))
+	if h.liveView != nil {
+		h.mux.Handle("POST /sandboxes/{id}/live-view", h.auth(h.createLiveView))
+	}
 	h.mux.Handle("GET /snapshots", h.auth(h.listSnapshots))
 	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteTemplate))
 	if h.templates != nil {

@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -20,6 +21,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/liveview"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
@@ -379,6 +382,14 @@ func (s *Server) routes() (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Live view links are signed with a key of this process: a restart
+	// ends the links it gave out.
+	key := make([]byte, 32)
+	rand.Read(key)
+	links, err := liveview.NewSigner(key)
+	if err != nil {
+		return nil, err
+	}
 	apiHandler, err := api.New(api.Config{
 		Sandboxes:      s.manager,
 		Keys:           s.store,
@@ -389,12 +400,13 @@ func (s *Server) routes() (http.Handler, error) {
 		DefaultTimeout: s.cfg.DefaultTimeout,
 		Volumes:        s.volumes,
 		MCP:            tools,
+		LiveView:       links,
 		Log:            s.log.With("component", "api"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the API: %w", err)
 	}
-	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Waker: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
+	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Waker: s.manager, LiveView: links, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}
