@@ -22,10 +22,14 @@ var _ Keys = (*store.Store)(nil)
 
 // fakeSandboxes is a hand-written Sandboxes keeping sandboxes in a map.
 type fakeSandboxes struct {
-	mu      sync.Mutex
-	sbs     map[string]store.Sandbox
-	nextID  int
-	fail    error // returned by every call when set
+	mu     sync.Mutex
+	sbs    map[string]store.Sandbox
+	nextID int
+	fail   error // returned by every call when set
+	// execOK makes Exec succeed with no output, as a desktop sandbox's
+	// commands do; execs records what it ran.
+	execOK  bool
+	execs   [][]string
 	created []sandbox.CreateRequest
 	// timeouts records SetTimeout and Connect durations by sandbox.
 	timeouts map[string][]time.Duration
@@ -197,6 +201,9 @@ func (f *fakeSandboxes) Exec(ctx context.Context, id string, env map[string]stri
 		return nil, sandbox.ErrNotFound
 	case sb.State == store.StatePaused:
 		return nil, sandbox.ErrPaused
+	case f.execOK:
+		f.execs = append(f.execs, args)
+		return nil, nil
 	}
 	return nil, &sandbox.ExecError{Args: args, Code: 127, Stderr: args[0] + ": command not found"}
 }

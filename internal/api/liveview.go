@@ -44,7 +44,7 @@ func (h *Handler) createLiveView(w http.ResponseWriter, r *http.Request) {
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, "live view request: "+err.Error())
+			writeError(w, http.StatusBadRequest, "body: "+err.Error())
 			return
 		}
 	}
