@@ -12,13 +12,10 @@
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { randomBytes } from 'node:crypto'
-import { request as httpRequest } from 'node:http'
-import { request as httpsRequest } from 'node:https'
 import { chromium } from 'playwright-core'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiFetch, hostUrl, killCreated, mode, runTag, sleep, track, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, hostUrl, killCreated, mode, runTag, sleep, track, waitFor, websocketRequest } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -47,19 +44,8 @@ function socketUrl(pageUrl) {
  * sandbox's websockify, else what the router answered.
  */
 function upgradeStatus(url) {
-  const request = url.startsWith('https:') ? httpsRequest : httpRequest
   return new Promise((resolve, reject) => {
-    const req = request(url, {
-      headers: {
-        Connection: 'Upgrade',
-        Upgrade: 'websocket',
-        'Sec-WebSocket-Version': '13',
-        'Sec-WebSocket-Key': randomBytes(16).toString('base64'),
-        'Sec-WebSocket-Protocol': 'binary',
-      },
-      agent: false,
-      timeout: 30_000,
-    })
+    const req = websocketRequest(url, 30_000)
     req.on('timeout', () => req.destroy(new Error('no answer to the upgrade within 30 s')))
     req.on('error', reject)
     req.on('response', (res) => {
