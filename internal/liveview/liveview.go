@@ -38,7 +38,8 @@ type RunFunc func(ctx context.Context, args ...string) ([]byte, error)
 // startScript starts, unless already running, the two x11vnc on display
 // $1 and a websockify serving noVNC (Debian's, /usr/share/novnc) in front
 // of each, every one in a session of its own so that it outlives this
-// command, and waits until all four listen. A process that exits before
+// command, and waits until all four ports listen (counted once each: a
+// port may listen on IPv4 and IPv6). A process that exits before
 // then fails the script with its log.
 const startScript = `set -e
 display=$1 dir=/tmp/agent-sandbox-liveview
@@ -55,7 +56,7 @@ start takeover-vnc $vnc -rfbport ` + "%[2]d" + `
 start view-web websockify --web /usr/share/novnc ` + "%[3]d" + ` 127.0.0.1:` + "%[1]d" + `
 start takeover-web websockify --web /usr/share/novnc ` + "%[4]d" + ` 127.0.0.1:` + "%[2]d" + `
 i=0
-until [ "$(netstat -ltn | grep -cE ':(%[1]d|%[2]d|%[3]d|%[4]d) ')" -ge 4 ]; do
+until [ "$(netstat -ltn | awk '{print $4}' | grep -oE ':(%[1]d|%[2]d|%[3]d|%[4]d)$' | sort -u | wc -l)" -eq 4 ]; do
   for name in view-vnc takeover-vnc view-web takeover-web; do
     if ! kill -0 "$(cat "$dir/$name.pid")" 2>/dev/null; then
       echo "$name exited:" >&2; cat "$dir/$name.log" >&2; rm -f "$dir/$name.pid"; exit 1
