@@ -132,6 +132,9 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			w.WriteHeader(204)
 		case r.Method == "POST" && action == "connect":
 			writeJSON(w, 200, wire(sb))
+		case r.Method == "POST" && action == "live-view":
+			writeJSON(w, 201, LiveView{URL: "http://6090-" + id + ".example.test/vnc.html", TakeoverURL: "http://6091-" + id + ".example.test/vnc.html",
+				ExpiresAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
 		default:
 			apiError(w, 404, "no route")
 		}

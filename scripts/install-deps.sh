@@ -108,9 +108,11 @@ $test || exit 0
 # The code interpreter's tests run its Python side on the host's Debian
 # Python: a real ipykernel, and matplotlib, pandas and PIL for charts, data
 # and images; its Java side on Debian's Java 17, as in the template. Under
-# CI=true a test that lacks them fails (internal/testenv).
+# CI=true a test that lacks them fails (internal/testenv). Chromium is the
+# browser playwright-core launches to load the live view page (it downloads
+# none of its own).
 test_pkgs=()
-for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil openjdk-17-jre-headless; do
+for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil openjdk-17-jre-headless chromium; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || test_pkgs+=("$p")
 done
 if [ ${#test_pkgs[@]} -gt 0 ]; then

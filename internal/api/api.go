@@ -11,6 +11,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/browser"
 	"github.com/agent-sandbox/agent-sandbox/internal/computeruse"
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
+	"github.com/agent-sandbox/agent-sandbox/internal/liveview"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
@@ -73,6 +74,8 @@ type Config struct {
 	MCP MCPServer
 	// Browsers drive the browser action API; nil leaves the route out.
 	Browsers *browser.Sessions
+	// LiveView signs live view links; nil leaves the route out.
+	LiveView *liveview.Signer
 	// Ready reports whether the server can take requests (GET /health);
 	// nil means always ready.
 	Ready func() bool
@@ -97,6 +100,7 @@ type Handler struct {
 	volumes     Volumes
 	mcp         MCPServer
 	browsers    *browser.Sessions
+	liveView    *liveview.Signer
 	envdVersion string
 	domain      string
 	ready       func() bool
@@ -122,6 +126,7 @@ func New(cfg Config) (*Handler, error) {
 		keys:        cfg.Keys,
 		templates:   cfg.Templates,
 		volumes:     cfg.Volumes,
+		liveView:    cfg.LiveView,
 		mcp:         cfg.MCP,
 		browsers:    cfg.Browsers,
 		envdVersion: cfg.EnvdVersion,
@@ -187,6 +192,9 @@ func (h *Handler) routes() {
 		h.mux.Handle("POST /sandboxes/{id}/browser/actions", h.auth(h.browserAction))
 	}
 	h.mux.Handle("POST /sandboxes/{id}/recordings/{recordingId}/stop", h.auth(h.stopRecording))
+	if h.liveView != nil {
+		h.mux.Handle("POST /sandboxes/{id}/live-view", h.auth(h.createLiveView))
+	}
 	h.mux.Handle("GET /snapshots", h.auth(h.listSnapshots))
 	h.mux.Handle("DELETE /templates/{templateID}", h.auth(h.deleteTemplate))
 	if h.templates != nil {

@@ -24,10 +24,14 @@ var _ Keys = (*store.Store)(nil)
 
 // fakeSandboxes is a hand-written Sandboxes keeping sandboxes in a map.
 type fakeSandboxes struct {
-	mu      sync.Mutex
-	sbs     map[string]store.Sandbox
-	nextID  int
-	fail    error // returned by every call when set
+	mu     sync.Mutex
+	sbs    map[string]store.Sandbox
+	nextID int
+	fail   error // returned by every call when set
+	// execOK makes Exec succeed with no output, as a desktop sandbox's
+	// commands do; execs records what it ran.
+	execOK  bool
+	execs   [][]string
 	created []sandbox.CreateRequest
 	// timeouts records SetTimeout and Connect durations by sandbox.
 	timeouts map[string][]time.Duration
@@ -193,6 +197,12 @@ func (f *fakeSandboxes) Pause(ctx context.Context, id string, keepMemory bool) e
 func (f *fakeSandboxes) Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error) {
 	if err := f.reachable(id); err != nil {
 		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.execOK {
+		f.execs = append(f.execs, args)
+		return nil, nil
 	}
 	return nil, &sandbox.ExecError{Args: args, Code: 127, Stderr: args[0] + ": command not found"}
 }

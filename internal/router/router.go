@@ -54,6 +54,9 @@ type Config struct {
 	// Waker resumes paused sandboxes that traffic may wake (wake.go);
 	// nil: requests to a paused sandbox get 502.
 	Waker Waker
+	// LiveView verifies live view share links; nil refuses every
+	// WebSocket to the live view ports.
+	LiveView LiveViewTokens
 	// Domain is the sandbox domain D of <port>-<id>.D hosts; it may carry
 	// a port ("example.test:8443"). Empty disables host routing: only the
 	// header routing on localhost, IP literals and sandbox.* works.
@@ -66,6 +69,7 @@ type Router struct {
 	dialer        Dialer
 	ingress       IngressPolicies // nil: no checks
 	waker         Waker           // nil: nothing wakes
+	liveView      LiveViewTokens  // nil: no live view
 	domain        string          // lower case, no trailing dot
 	domainHasPort bool
 	log           *slog.Logger
@@ -79,11 +83,12 @@ func New(cfg Config) (*Router, error) {
 		return nil, errors.New("router: Dialer is required")
 	}
 	rt := &Router{
-		dialer:  cfg.Dialer,
-		ingress: cfg.Ingress,
-		waker:   cfg.Waker,
-		domain:  strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
-		log:     cfg.Log,
+		dialer:   cfg.Dialer,
+		ingress:  cfg.Ingress,
+		waker:    cfg.Waker,
+		liveView: cfg.LiveView,
+		domain:   strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
+		log:      cfg.Log,
 	}
 	if rt.log == nil {
 		rt.log = slog.New(slog.DiscardHandler)
@@ -166,6 +171,9 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			t.host = strings.ReplaceAll(in.MaskRequestHost, "${PORT}", strconv.Itoa(t.port))
 		}
+	}
+	if !rt.authorizeLiveView(w, r, t) {
+		return
 	}
 	if t.port == template.DevToolsPort {
 		t = devToolsTarget(r, t)

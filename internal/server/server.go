@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/liveview"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/router"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
@@ -385,6 +387,14 @@ func (s *Server) routes() (http.Handler, error) {
 		return nil, err
 	}
 	s.browsers = browser.NewSessions(s.manager, template.DevToolsPort, func(err error) bool { return errors.Is(err, isolation.ErrPortClosed) })
+	// Live view links are signed with a key of this process: a restart
+	// ends the links it gave out.
+	key := make([]byte, 32)
+	rand.Read(key)
+	links, err := liveview.NewSigner(key)
+	if err != nil {
+		return nil, err
+	}
 	apiHandler, err := api.New(api.Config{
 		Sandboxes:      s.manager,
 		Keys:           s.store,
@@ -396,12 +406,13 @@ func (s *Server) routes() (http.Handler, error) {
 		Volumes:        s.volumes,
 		MCP:            tools,
 		Browsers:       s.browsers,
+		LiveView:       links,
 		Log:            s.log.With("component", "api"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the API: %w", err)
 	}
-	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Waker: s.manager, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
+	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Waker: s.manager, LiveView: links, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}

@@ -7,11 +7,9 @@
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
-import { request as httpRequest } from 'node:http'
-import { request as httpsRequest } from 'node:https'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, fetchUntilOk, hostUrl, killCreated, mode, runTag, track, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, fetchUntilOk, hostUrl, killCreated, mode, runTag, track, waitFor, websocketRequest } from './helpers.mjs'
 
 const PNG_SIGNATURE = '89504e470d0a1a0a'
 const NOVNC_PORT = 6080
@@ -48,20 +46,8 @@ function clientFrame(payload) {
  * security types the server offers (1 = none, 2 = VNC password).
  */
 function rfbSecurityTypes(url, timeoutMs = 10_000) {
-  const u = new URL(url)
-  const request = u.protocol === 'https:' ? httpsRequest : httpRequest
   return new Promise((resolve, reject) => {
-    const req = request(u, {
-      headers: {
-        Connection: 'Upgrade',
-        Upgrade: 'websocket',
-        'Sec-WebSocket-Version': '13',
-        'Sec-WebSocket-Key': randomBytes(16).toString('base64'),
-        'Sec-WebSocket-Protocol': 'binary',
-      },
-      agent: false,
-      timeout: timeoutMs,
-    })
+    const req = websocketRequest(url, timeoutMs)
     req.on('timeout', () => req.destroy(new Error(`no RFB handshake within ${timeoutMs} ms`)))
     req.on('error', reject)
     req.on('response', (res) => {

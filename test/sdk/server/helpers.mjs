@@ -4,7 +4,9 @@
 // application: Sandbox.create() with the default template `base`.
 
 import assert from 'node:assert/strict'
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
+import { request as httpRequest } from 'node:http'
+import { request as httpsRequest } from 'node:https'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Sandbox } from 'e2b'
 
@@ -208,3 +210,23 @@ document.getElementById('f').addEventListener('submit', (e) => {
   document.getElementById('result').textContent = 'hello ' + d.get('who') + ' in ' + d.get('color')
 })
 </script></body></html>`
+/**
+ * A WebSocket upgrade request (subprotocol binary, as noVNC asks) to url
+ * over http or https by its scheme, not yet ended: the caller listens for
+ * 'upgrade' or 'response' and calls end().
+ */
+export function websocketRequest(url, timeoutMs) {
+  const u = new URL(url)
+  const request = u.protocol === 'https:' ? httpsRequest : httpRequest
+  return request(u, {
+    headers: {
+      Connection: 'Upgrade',
+      Upgrade: 'websocket',
+      'Sec-WebSocket-Version': '13',
+      'Sec-WebSocket-Key': randomBytes(16).toString('base64'),
+      'Sec-WebSocket-Protocol': 'binary',
+    },
+    agent: false,
+    timeout: timeoutMs,
+  })
+}
