@@ -3,6 +3,7 @@ package api
 import (
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/recording"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
@@ -17,15 +18,19 @@ func (h *Handler) recorder(id string) *recording.Recorder {
 }
 
 // startRecording implements POST /sandboxes/{id}/recordings
-// {"format": "mp4" | "webm"}, mp4 when the body is absent.
+// {"format": "mp4" | "webm", "durationSeconds": N}: mp4 when the body is
+// absent, until stopped without a duration.
 func (h *Handler) startRecording(w http.ResponseWriter, r *http.Request) {
 	body := struct {
-		Format string `json:"format"`
+		Format          string  `json:"format"`
+		DurationSeconds float64 `json:"durationSeconds"`
 	}{Format: "mp4"}
 	if err := h.decodeBody(w, r, &body); err != nil && !errors.Is(err, errNoBody) {
 		return
 	}
-	rec, err := h.recorder(r.PathValue("id")).Start(r.Context(), body.Format)
+	// Past the bound before the conversion, which would overflow.
+	d := time.Duration(min(body.DurationSeconds, recording.MaxDuration.Seconds()+1) * float64(time.Second))
+	rec, err := h.recorder(r.PathValue("id")).Start(r.Context(), body.Format, d)
 	if err != nil {
 		h.failDisplay(w, r, err)
 		return

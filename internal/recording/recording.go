@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // RunFunc runs a program in the sandbox (as its user, DISPLAY set) and
@@ -73,50 +74,66 @@ func New(run RunFunc, display string) *Recorder {
 	return &Recorder{run: run, display: display}
 }
 
+// MaxDuration bounds a recording's length when one is asked for.
+const MaxDuration = 24 * time.Hour
+
 // startScript starts ffmpeg in a session of its own, writes its pid file
-// and checks a moment later that it still runs (a display that is not
-// there ends it at once), printing its errors if not. $1 is the output,
-// $2 the pid file, $3 the display, then the encoder arguments.
+// and the output's path beside it (Stop finds a recording that ended by
+// its length there) and checks a moment later that it still runs (a
+// display that is not there ends it at once), printing its errors if not.
+// $1 is the output, $2 the pid file, $3 the display, then ffmpeg's output
+// arguments.
 const startScript = `set -e
 out=$1 pidfile=$2 display=$3; shift 3
 mkdir -p "$(dirname "$out")" "$(dirname "$pidfile")"
 setsid ffmpeg -nostdin -loglevel error -f x11grab -framerate ` + "%d" + ` -i "$display" "$@" -y "$out" </dev/null >/dev/null 2>"$pidfile.log" &
 echo $! >"$pidfile"
+echo "$out" >"$pidfile.out"
 sleep 0.5
-if ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then cat "$pidfile.log" >&2; rm -f "$pidfile"; exit 1; fi`
+if ! kill -0 "$(cat "$pidfile")" 2>/dev/null && [ ! -s "$out" ]; then cat "$pidfile.log" >&2; rm -f "$pidfile" "$pidfile.out"; exit 1; fi`
 
-// Start starts recording the display in format ("mp4" or "webm").
-func (r *Recorder) Start(ctx context.Context, format string) (Recording, error) {
+// Start starts recording the display in format ("mp4" or "webm"); with a
+// duration (at most MaxDuration), ffmpeg ends the recording by itself
+// after that much video, and Stop then only reports it.
+func (r *Recorder) Start(ctx context.Context, format string, duration time.Duration) (Recording, error) {
 	enc, ok := formats[format]
 	if !ok {
 		return Recording{}, &InputError{"format", fmt.Sprintf("want mp4 or webm, got %q", format)}
+	}
+	if duration < 0 || duration > MaxDuration {
+		return Recording{}, &InputError{"durationSeconds", fmt.Sprintf("want 0 (until stopped) to %d seconds, got %v", int(MaxDuration.Seconds()), duration.Seconds())}
 	}
 	var b [8]byte
 	rand.Read(b[:])
 	rec := Recording{ID: "rec-" + hex.EncodeToString(b[:])}
 	rec.Path = Dir + "/" + rec.ID + "." + format
 	args := append([]string{"sh", "-c", fmt.Sprintf(startScript, FrameRate), "sh", rec.Path, pidFile(rec.ID), r.display}, enc...)
+	if duration > 0 {
+		args = append(args, "-t", strconv.FormatFloat(duration.Seconds(), 'f', -1, 64))
+	}
 	if _, err := r.run(ctx, args...); err != nil {
 		return Recording{}, fmt.Errorf("starting ffmpeg: %w", err)
 	}
 	return rec, nil
 }
 
-// stopScript interrupts the ffmpeg of pid file $1, which then finishes
-// the file, waits up to 30 s for it to exit and prints the path and size
-// of what it wrote. It exits 3 when there is no such recording.
+// stopScript interrupts the ffmpeg of pid file $1 if it still runs (the
+// pid is its only while its command line ends in the output's path: a
+// recording that ended by its length leaves a pid another process may
+// get), waits up to 30 s for it to finish the file and exit, and prints
+// the path and size of what it wrote. It exits 3 when there is no such
+// recording.
 const stopScript = `pidfile=$1
-[ -f "$pidfile" ] || exit 3
-pid=$(cat "$pidfile")
-out=$(tr '\0' '\n' </proc/$pid/cmdline 2>/dev/null | tail -n 1)
-kill -INT "$pid" 2>/dev/null || true
+[ -f "$pidfile" ] && [ -f "$pidfile.out" ] || exit 3
+pid=$(cat "$pidfile") out=$(cat "$pidfile.out")
+ours() { [ "$(tr '\0' '\n' </proc/$pid/cmdline 2>/dev/null | tail -n 1)" = "$out" ]; }
+if ours; then kill -INT "$pid" 2>/dev/null || true; fi
 i=0
-while kill -0 "$pid" 2>/dev/null; do
+while ours; do
   i=$((i+1)); if [ $i -gt 300 ]; then kill -KILL "$pid"; echo "ffmpeg did not finish within 30 s" >&2; exit 1; fi
   sleep 0.1
 done
-rm -f "$pidfile" "$pidfile.log"
-[ -n "$out" ] || exit 3
+rm -f "$pidfile" "$pidfile.log" "$pidfile.out"
 echo "$out"; stat -c %s "$out"`
 
 // Stop stops recording id and returns it with its size; ErrUnknown when

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // exitError is a command that exited code.
@@ -19,7 +20,7 @@ func TestStart(t *testing.T) {
 		ran = args
 		return nil, nil
 	}, ":0")
-	rec, err := r.Start(t.Context(), "webm")
+	rec, err := r.Start(t.Context(), "webm", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,12 +32,23 @@ func TestStart(t *testing.T) {
 	if got := strings.Join(ran[3:7], " "); got != "sh "+rec.Path+" "+pidFile(rec.ID)+" :0" {
 		t.Errorf("arguments %q", got)
 	}
-	if !strings.Contains(strings.Join(ran, " "), "libvpx") {
-		t.Errorf("webm without libvpx: %q", ran)
+	if !strings.Contains(strings.Join(ran, " "), "libvpx") || strings.Contains(strings.Join(ran, " "), "-t") {
+		t.Errorf("webm without libvpx, or with a length: %q", ran)
+	}
+	if _, err := r.Start(t.Context(), "mp4", 5500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(ran[len(ran)-2:], " "); got != "-t 5.5" {
+		t.Errorf("a 5.5 s recording ends its arguments with %q; want -t 5.5", got)
 	}
 	var ie *InputError
-	if _, err := r.Start(t.Context(), "gif"); !errors.As(err, &ie) || ie.Field != "format" {
+	if _, err := r.Start(t.Context(), "gif", 0); !errors.As(err, &ie) || ie.Field != "format" {
 		t.Errorf("Start(gif): %v; want an InputError naming format", err)
+	}
+	for _, d := range []time.Duration{-time.Second, MaxDuration + time.Second} {
+		if _, err := r.Start(t.Context(), "mp4", d); !errors.As(err, &ie) || ie.Field != "durationSeconds" {
+			t.Errorf("Start(mp4, %v): %v; want an InputError naming durationSeconds", d, err)
+		}
 	}
 }
 
