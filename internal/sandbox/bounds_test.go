@@ -148,15 +148,13 @@ func TestPausedRetention(t *testing.T) {
 		t.Fatalf("Connect = %v, %v", ok, err)
 	}
 	clk.advance(2 * time.Minute)
-	waitFor(t, 3*time.Second, "paused sandbox killed after the retention", func() bool {
-		return e.record(t, kept.ID).State == store.StateKilled
+	// The record goes first, then the instance is stopped.
+	waitFor(t, 3*time.Second, "paused sandbox killed after the retention, its instance stopped", func() bool {
+		return e.record(t, kept.ID).State == store.StateKilled && e.fake.Instance(kept.ID).Stopped()
 	})
 	want := "paused for longer than the retention of 1h"
 	if r := e.record(t, kept.ID); r.Reason != want {
 		t.Errorf("reason %q, want %q", r.Reason, want)
-	}
-	if !e.fake.Instance(kept.ID).Stopped() {
-		t.Error("instance of the removed sandbox not stopped")
 	}
 	// getInfo and list see it as killed: not found, with the reason.
 	if _, err := e.m.Get(ctx, kept.ID); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), want) {

@@ -412,9 +412,8 @@ func TestTimeoutKills(t *testing.T) {
 	if r := e.record(t, sb.ID); r.Reason != store.ReasonTimeout {
 		t.Errorf("reason %q", r.Reason)
 	}
-	if !e.fake.Instance(sb.ID).Stopped() {
-		t.Error("instance not stopped")
-	}
+	// The record goes first, then the instance is stopped.
+	waitFor(t, 3*time.Second, "the instance stopped", func() bool { return e.fake.Instance(sb.ID).Stopped() })
 	if _, err := e.m.Get(ctx, sb.ID); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "(timeout)") {
 		t.Errorf("Get = %v, want ErrNotFound naming the reason", err)
 	}
