@@ -30,6 +30,17 @@ const sessionAge = 12 * time.Hour
 // signInPage is the one dashboard page served without a session.
 var signInPage = template.Must(template.ParseFS(dashboardFiles, "dashboard/sign-in.html"))
 
+// Each other page is its own title, head and main in the shared layout;
+// their scripts fill them in from the API.
+var (
+	sandboxesPage = layoutPage("sandboxes.html")
+	sandboxPage   = layoutPage("sandbox.html")
+)
+
+func layoutPage(name string) *template.Template {
+	return template.Must(template.ParseFS(dashboardFiles, "dashboard/layout.html", "dashboard/"+name)).Lookup("layout")
+}
+
 // dashboardRoutes registers the dashboard. Every route but the sign-in
 // form needs a session; every unsafe method is refused cross-origin
 // (Sec-Fetch-Site, else Origin against Host), the sign-in included.
@@ -41,19 +52,16 @@ func (h *Handler) dashboardRoutes() {
 		panic(err) // the embedded directory is there at build time
 	}
 	static := http.StripPrefix("/dashboard/static/", http.FileServerFS(pages))
-	page := func(name string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			pageHeaders(w)
-			http.ServeFileFS(w, r, pages, name)
-		}
+	page := func(t *template.Template) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { h.render(w, http.StatusOK, t, nil) }
 	}
 
 	handle("GET /dashboard/sign-in", http.HandlerFunc(h.signInForm))
 	handle("POST /dashboard/sign-in", http.HandlerFunc(h.signIn))
 	handle("POST /dashboard/sign-out", h.page(h.signOut))
-	handle("GET /dashboard/{$}", h.page(page("sandboxes.html")))
+	handle("GET /dashboard/{$}", h.page(page(sandboxesPage)))
 	// The link the E2B CLI prints for every sandbox it connects to.
-	handle("GET /dashboard/inspect/sandbox/{id}", h.page(page("sandbox.html")))
+	handle("GET /dashboard/inspect/sandbox/{id}", h.page(page(sandboxPage)))
 	handle("GET /dashboard/static/", h.page(static.ServeHTTP))
 
 	handle("GET /dashboard/api/v2/sandboxes", h.session(h.listV2))
@@ -67,10 +75,10 @@ func (h *Handler) dashboardRoutes() {
 }
 
 // pageHeaders are a dashboard page's: never cached, never framed, scripts
-// and styles from the server only.
+// from the server only (styles may be inline: xterm.js writes its own).
 func pageHeaders(w http.ResponseWriter) {
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 }
 
@@ -167,10 +175,15 @@ func (h *Handler) setSession(w http.ResponseWriter, r *http.Request, key string,
 }
 
 func (h *Handler) renderSignIn(w http.ResponseWriter, status int, problem string) {
+	h.render(w, status, signInPage, problem)
+}
+
+// render answers with page t executed with data.
+func (h *Handler) render(w http.ResponseWriter, status int, t *template.Template, data any) {
 	pageHeaders(w)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
-	if err := signInPage.Execute(w, problem); err != nil {
-		h.log.Debug("writing the sign-in page", "err", err)
+	if err := t.Execute(w, data); err != nil {
+		h.log.Debug("writing a dashboard page", "page", t.Name(), "err", err)
 	}
 }

@@ -151,13 +151,7 @@ func TestDashboardRefusesCrossSite(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := dashboardRequest(c.method, c.target, c.body, testKey)
-			for k, v := range c.header {
-				if v == "" {
-					r.Header.Del(k)
-				} else {
-					r.Header.Set(k, v)
-				}
-			}
+			setHeaders(r.Header, c.header)
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, r)
 			if w.Code != http.StatusForbidden || len(w.Result().Cookies()) != 0 {
