@@ -34,7 +34,11 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, msg)
 		return
 	}
-	term, err := h.sandboxes.OpenTerminal(r.Context(), id, size.Cols, size.Rows)
+	// Cancelling ends the shell's output stream: the page going away must
+	// not leave this handler waiting for output that never comes.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	term, err := h.sandboxes.OpenTerminal(ctx, id, size.Cols, size.Rows)
 	if err != nil {
 		h.fail(w, r, id, err)
 		return
@@ -52,9 +56,14 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
 		return // Accept answered
 	}
 	defer ws.CloseNow()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
+	input := make(chan struct{})
+	defer func() {
+		cancel()
+		<-input
+	}()
+	// Input: what the page sends, until it goes away or ctx ends.
 	go func() {
+		defer close(input)
 		defer cancel()
 		for {
 			typ, p, err := ws.Read(ctx)
@@ -78,6 +87,7 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	// Output: the shell's, until it exits.
 	for {
 		out, ok, err := term.Read()
 		if !ok {

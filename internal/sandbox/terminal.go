@@ -54,8 +54,9 @@ func (m *Manager) OpenTerminal(ctx context.Context, id string, cols, rows uint32
 	return &Terminal{client: e.client, stream: stream, token: e.token, pid: start.GetPid()}, nil
 }
 
-// Read returns the next output of the shell; io.EOF-like ok false once
-// the shell has exited or the stream broke (err says which).
+// Read returns the next output of the shell. ok is false once the shell
+// has exited (err nil) or the stream broke or was cancelled (err says
+// which).
 func (t *Terminal) Read() (out []byte, ok bool, err error) {
 	for t.stream.Receive() {
 		ev := t.stream.Msg().GetEvent()
