@@ -47,10 +47,16 @@ async function act(what, fn) {
   await load().catch((err) => status(err.message, true))
 }
 
-document.getElementById('kill').addEventListener('click', () => act('Kill', async () => {
-  await api(path, { method: 'DELETE' })
-  location.assign('/dashboard/')
-}))
+// A killed sandbox is gone: back to the list, with nothing left to load.
+document.getElementById('kill').addEventListener('click', async () => {
+  status('Kill…')
+  try {
+    await api(path, { method: 'DELETE' })
+    location.assign('/dashboard/')
+  } catch (err) {
+    status(`Kill: ${err.message}`, true)
+  }
+})
 document.getElementById('pause').addEventListener('click', () => act('Pause', () => api(`${path}/pause`, { method: 'POST' })))
 document.getElementById('resume').addEventListener('click', () => act('Resume', () => api(`${path}/connect`, { method: 'POST', body: JSON.stringify({ timeout: Number(document.getElementById('timeout-seconds').value) }) })))
 document.getElementById('extend').addEventListener('click', () => act('Set timeout', () => api(`${path}/timeout`, { method: 'POST', body: JSON.stringify({ timeout: Number(document.getElementById('timeout-seconds').value) }) })))
