@@ -15,10 +15,10 @@ build:
 
 ## dashboard-vendor: the npm packages the dashboard embeds (its terminal is
 ## xterm.js), fetched from the registry and unpacked into
-## internal/api/dashboard/vendor, which is committed: the server builds and
+## internal/api/dashboard/static/vendor, which is committed: the server builds and
 ## runs without npm. Run it after changing a version here.
 XTERM_VERSION := 6.0.0
-DASHBOARD_VENDOR := internal/api/dashboard/vendor
+DASHBOARD_VENDOR := internal/api/dashboard/static/vendor
 dashboard-vendor:
 	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
 	  npm pack --silent --pack-destination "$$tmp" @xterm/xterm@$(XTERM_VERSION) >/dev/null && \

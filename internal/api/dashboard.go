@@ -6,12 +6,13 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
-// The dashboard (/dashboard) is static pages and scripts embedded here,
+// The dashboard (/dashboard) is pages and scripts embedded here,
 // which call the API routes below under /dashboard/api with the session
 // cookie in place of the X-API-Key header. The session is the API key
 // itself, in a cookie scripts cannot read (HttpOnly), sent only on
@@ -47,11 +48,18 @@ func layoutPage(name string) *template.Template {
 func (h *Handler) dashboardRoutes() {
 	csrf := http.NewCrossOriginProtection()
 	handle := func(pattern string, next http.Handler) { h.mux.Handle(pattern, csrf.Handler(next)) }
-	pages, err := fs.Sub(dashboardFiles, "dashboard")
+	assets, err := fs.Sub(dashboardFiles, "dashboard/static")
 	if err != nil {
 		panic(err) // the embedded directory is there at build time
 	}
-	static := http.StripPrefix("/dashboard/static/", http.FileServerFS(pages))
+	files := http.StripPrefix("/dashboard/static/", http.FileServerFS(assets))
+	static := func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			writeError(w, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path) // no listings
+			return
+		}
+		files.ServeHTTP(w, r)
+	}
 	page := func(t *template.Template) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) { h.render(w, http.StatusOK, t, nil) }
 	}
@@ -62,7 +70,7 @@ func (h *Handler) dashboardRoutes() {
 	handle("GET /dashboard/{$}", h.page(page(sandboxesPage)))
 	// The link the E2B CLI prints for every sandbox it connects to.
 	handle("GET /dashboard/inspect/sandbox/{id}", h.page(page(sandboxPage)))
-	handle("GET /dashboard/static/", h.page(static.ServeHTTP))
+	handle("GET /dashboard/static/", h.page(static))
 
 	handle("GET /dashboard/api/v2/sandboxes", h.session(h.listV2))
 	handle("GET /dashboard/api/sandboxes/{id}", h.session(h.getInfo))
