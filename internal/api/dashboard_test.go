@@ -72,6 +72,15 @@ func TestDashboardNeedsSession(t *testing.T) {
 			t.Errorf("GET %s signed in: %d, want 200", p, w.Code)
 		}
 	}
+	// The static files are scripts, styles and vendored code: no listings,
+	// no page templates.
+	for _, p := range []string{"/dashboard/static/", "/dashboard/static/vendor/", "/dashboard/static/layout.html"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, dashboardRequest("GET", p, "", testKey))
+		if w.Code != http.StatusNotFound {
+			t.Errorf("GET %s signed in: %d, want 404", p, w.Code)
+		}
+	}
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, dashboardRequest("GET", "/dashboard/api/sandboxes/isb1", "", testKey))
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"sandboxID":"isb1"`) {
