@@ -149,7 +149,14 @@ describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
       await page.screenshot({ path: detailShot, fullPage: true })
       t.diagnostic(`detail screenshot: ${detailShot}`)
 
-      await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('#kill')])
+      await page.click('#kill')
+      try {
+        await page.waitForURL(/\/dashboard\/$/, { waitUntil: 'commit', timeout: 30_000 })
+      } catch (err) {
+        const shot = join(ARTIFACTS, `dashboard-kill-${mode}.png`)
+        await page.screenshot({ path: shot, fullPage: true })
+        throw new Error(`the page did not go back to the list after Kill (at ${page.url()}, status ${JSON.stringify(await page.locator('#status').textContent())}, screenshot ${shot}): ${err.message}`)
+      }
       assert.equal(await sbx.isRunning(), false)
       const gone = await apiFetch(`/sandboxes/${sbx.sandboxId}`)
       assert.equal(gone.status, 404)
