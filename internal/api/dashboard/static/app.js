@@ -1,7 +1,11 @@
 // Shared by the dashboard's pages: calls of the API under /dashboard/api
 // (the session cookie is the key) and the formatting of what they answer.
 
-/** Calls the API at path; a missing session goes back to the sign-in form. */
+/**
+ * Calls the API at path; a missing session goes back to the sign-in form.
+ * An answer other than 2xx throws an Error with its message and status; a
+ * request that got no answer throws fetch's TypeError.
+ */
 export async function api(path, init = {}) {
   const res = await fetch('/dashboard/api' + path, { ...init, credentials: 'same-origin', headers: { 'Content-Type': 'application/json', ...init.headers } })
   if (res.status === 401) {
@@ -10,7 +14,7 @@ export async function api(path, init = {}) {
   }
   const text = await res.text()
   const body = text ? JSON.parse(text) : null
-  if (!res.ok) throw new Error(body?.message || `${res.status} ${res.statusText}`)
+  if (!res.ok) throw Object.assign(new Error(body?.message || `${res.status} ${res.statusText}`), { status: res.status })
   return body
 }
 

@@ -47,11 +47,29 @@ async function act(what, fn) {
   await load().catch((err) => status(err.message, true))
 }
 
+/**
+ * Kills the sandbox. When the answer is lost (a browser on the server's
+ * own host sees the sandbox's network interfaces go and drops its requests
+ * in flight: ERR_NETWORK_CHANGED), the list says whether the kill was done,
+ * and it is sent again if not. (Asking for the sandbox itself would answer
+ * 404, which the browser logs as an error.) Should the sandbox be beyond
+ * the list's first page, the list the page goes back to still shows it.
+ */
+async function kill() {
+  try {
+    await api(path, { method: 'DELETE' })
+  } catch (err) {
+    if (!(err instanceof TypeError)) throw err
+    const left = await api('/v2/sandboxes?state=running,paused')
+    if (left.some((sb) => sb.sandboxID === id)) await api(path, { method: 'DELETE' })
+  }
+}
+
 // A killed sandbox is gone: back to the list, with nothing left to load.
 document.getElementById('kill').addEventListener('click', async () => {
   status('Kill…')
   try {
-    await api(path, { method: 'DELETE' })
+    await kill()
     location.assign('/dashboard/')
   } catch (err) {
     status(`Kill: ${err.message}`, true)
