@@ -116,8 +116,14 @@ describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
     const context = await browser.newContext({ viewport: VIEWPORT, ignoreHTTPSErrors: true })
     const page = await context.newPage()
     const errors = []
-    page.on('console', (msg) => msg.type() === 'error' && errors.push(`console: ${msg.text()}`))
+    // Chromium runs on the server's host: when the kill takes the sandbox's
+    // network interfaces away, it drops its requests in flight with
+    // ERR_NETWORK_CHANGED, which it logs; the page sends the kill again
+    // (sandbox.js). That is this host's network changing, not the page.
+    const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
+    page.on('console', (msg) => msg.type() === 'error' && !hostNetworkChanged(msg.text()) && errors.push(`console: ${msg.text()}`))
     page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
+    page.on('requestfailed', (req) => !hostNetworkChanged(req.failure()?.errorText ?? '') && errors.push(`request failed: ${req.method()} ${req.url()}: ${req.failure()?.errorText}`))
     try {
       await signIn(page)
       const cookie = (await context.cookies()).find((c) => c.name === 'agent_sandbox_session')
@@ -155,7 +161,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
       } catch (err) {
         const shot = join(ARTIFACTS, `dashboard-kill-${mode}.png`)
         await page.screenshot({ path: shot, fullPage: true })
-        throw new Error(`the page did not go back to the list after Kill (at ${page.url()}, status ${JSON.stringify(await page.locator('#status').textContent())}, screenshot ${shot}): ${err.message}`)
+        throw new Error(`the page did not go back to the list after Kill (at ${page.url()}, status ${JSON.stringify(await page.locator('#status').textContent())}, screenshot ${shot}, errors ${JSON.stringify(errors)}): ${err.message}`)
       }
       assert.equal(await sbx.isRunning(), false)
       const gone = await apiFetch(`/sandboxes/${sbx.sandboxId}`)
