@@ -7,11 +7,27 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: dashboard-vendor build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
+
+## dashboard-vendor: the npm packages the dashboard embeds (its terminal is
+## xterm.js), fetched from the registry and unpacked into
+## internal/api/dashboard/static/vendor, which is committed: the server builds and
+## runs without npm. Run it after changing a version here.
+XTERM_VERSION := 6.0.0
+DASHBOARD_VENDOR := internal/api/dashboard/static/vendor
+dashboard-vendor:
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  npm pack --silent --pack-destination "$$tmp" @xterm/xterm@$(XTERM_VERSION) >/dev/null && \
+	  tar -xzf "$$tmp"/xterm-xterm-$(XTERM_VERSION).tgz -C "$$tmp" && \
+	  mkdir -p $(DASHBOARD_VENDOR) && \
+	  cp "$$tmp"/package/lib/xterm.js "$$tmp"/package/css/xterm.css $(DASHBOARD_VENDOR)/ && \
+	  cp "$$tmp"/package/LICENSE $(DASHBOARD_VENDOR)/xterm.LICENSE && \
+	  sed -i '\|^//# sourceMappingURL=|d' $(DASHBOARD_VENDOR)/xterm.js && \
+	  printf '%s\n' '@xterm/xterm $(XTERM_VERSION) (MIT, see xterm.LICENSE), from the npm registry by `make dashboard-vendor`.' > $(DASHBOARD_VENDOR)/README
 
 ## serve: the server on its embedded defaults (needs root); the first start
 ## builds the base template, with progress

@@ -35,6 +35,7 @@ type Sandboxes interface {
 	UpdateNetwork(ctx context.Context, id string, u sandbox.NetworkUpdate) error
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
 	Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error)
+	OpenTerminal(ctx context.Context, id string, cols, rows uint32) (*sandbox.Terminal, error)
 }
 
 // Keys verifies API keys; *store.Store implements it.
@@ -164,8 +165,7 @@ func New(cfg Config) (*Handler, error) {
 // routes registers every endpoint; handlers live in one file per group.
 func (h *Handler) routes() {
 	h.mux.HandleFunc("GET /health", h.health)
-	// The link the E2B CLI prints; a browser sends no API key.
-	h.mux.HandleFunc("GET /dashboard/inspect/sandbox/{id}", h.inspectSandbox)
+	h.dashboardRoutes()
 
 	h.mux.Handle("POST /sandboxes", h.auth(h.createV1))
 	h.mux.Handle("POST /v2/sandboxes", h.auth(h.createV2))

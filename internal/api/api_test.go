@@ -95,16 +95,21 @@ func serve(h http.Handler, c apiCase) *httptest.ResponseRecorder {
 	}
 	r := httptest.NewRequest(c.method, c.target, body)
 	r.Header.Set("X-API-Key", testKey)
-	for k, v := range c.header {
-		if v == "" {
-			r.Header.Del(k)
-		} else {
-			r.Header.Set(k, v)
-		}
-	}
+	setHeaders(r.Header, c.header)
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
+}
+
+// setHeaders sets each header of m in hdr; an empty value removes it.
+func setHeaders(hdr http.Header, m map[string]string) {
+	for k, v := range m {
+		if v == "" {
+			hdr.Del(k)
+		} else {
+			hdr.Set(k, v)
+		}
+	}
 }
 
 // runCases runs each case against a fresh fake built by setup.

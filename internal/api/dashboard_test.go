@@ -1,27 +1,197 @@
 package api
 
 import (
+	"crypto/tls"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
-// The link the E2B CLI prints for a sandbox is a page, never a 404, even
-// without an API key (a browser sends none) and before the server is
-// ready; it tells nothing about the sandbox without one, and escapes what
-// the path holds.
-func TestInspectPage(t *testing.T) {
-	h := newHandler(t, newFake(), func(c *Config) { c.Ready = func() bool { return false } })
-	w := serve(h, apiCase{method: "GET", target: "/dashboard/inspect/sandbox/iabc%3Cb%3E", header: map[string]string{"X-API-Key": ""}})
-	body := w.Body.String()
-	if w.Code != 200 || !strings.HasPrefix(w.Header().Get("Content-Type"), "text/html") {
-		t.Fatalf("status %d, content type %q", w.Code, w.Header().Get("Content-Type"))
+// dashboardRequest is a request to the dashboard as a browser sends it
+// from one of its own pages (Sec-Fetch-Site: same-origin), with the
+// session cookie key when it is not empty and no X-API-Key header.
+func dashboardRequest(method, target, body, key string) *http.Request {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	r.Header.Set("Sec-Fetch-Site", "same-origin")
+	if body != "" {
+		r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	}
-	for _, want := range []string{"Sandbox <code>iabc&lt;b&gt;</code>", "e2b sandbox info iabc&lt;b&gt;", `fetch('/sandboxes/' + encodeURIComponent("iabc\u003cb\u003e")`} {
-		if !strings.Contains(body, want) {
-			t.Errorf("page lacks %q:\n%s", want, body)
+	if key != "" {
+		r.AddCookie(&http.Cookie{Name: sessionCookie, Value: key})
+	}
+	return r
+}
+
+// Every dashboard route but the sign-in form refuses a request without a
+// valid session: pages redirect to the sign-in form, the API routes the
+// pages call answer 401. An API key in the X-API-Key header is no session.
+func TestDashboardNeedsSession(t *testing.T) {
+	h := newHandler(t, newFake(store.Sandbox{ID: "isb1", State: store.StateRunning}))
+	pages := []string{"/dashboard/", "/dashboard/inspect/sandbox/isb1", "/dashboard/static/app.js", "/dashboard/static/vendor/xterm.js"}
+	calls := []struct{ method, target string }{
+		{"GET", "/dashboard/api/v2/sandboxes"},
+		{"GET", "/dashboard/api/sandboxes/isb1"},
+		{"DELETE", "/dashboard/api/sandboxes/isb1"},
+		{"POST", "/dashboard/api/sandboxes/isb1/pause"},
+		{"POST", "/dashboard/api/sandboxes/isb1/connect"},
+		{"POST", "/dashboard/api/sandboxes/isb1/timeout"},
+		{"GET", "/dashboard/api/sandboxes/isb1/metrics"},
+		{"GET", "/dashboard/api/sandboxes/isb1/terminal?cols=80&rows=24"},
+	}
+	for _, session := range []struct{ name, key string }{{"no cookie", ""}, {"wrong key", "e2b_not_a_key"}} {
+		t.Run(session.name, func(t *testing.T) {
+			for _, p := range pages {
+				r := dashboardRequest("GET", p, "", session.key)
+				r.Header.Set("X-API-Key", testKey)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusSeeOther || w.Header().Get("Location") != "/dashboard/sign-in" {
+					t.Errorf("GET %s: %d to %q, want 303 to the sign-in form", p, w.Code, w.Header().Get("Location"))
+				}
+			}
+			for _, c := range calls {
+				r := dashboardRequest(c.method, c.target, "", session.key)
+				r.Header.Set("X-API-Key", testKey)
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				if w.Code != http.StatusUnauthorized {
+					t.Errorf("%s %s: %d %s, want 401", c.method, c.target, w.Code, w.Body)
+				}
+			}
+		})
+	}
+	// The positive control: the same routes with a session.
+	for _, p := range pages {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, dashboardRequest("GET", p, "", testKey))
+		if w.Code != http.StatusOK {
+			t.Errorf("GET %s signed in: %d, want 200", p, w.Code)
 		}
 	}
-	if strings.Contains(body, "<b>") {
-		t.Error("the path's markup reached the page unescaped")
+	// The static files are scripts, styles and vendored code: no listings,
+	// no page templates.
+	for _, p := range []string{"/dashboard/static/", "/dashboard/static/vendor/", "/dashboard/static/layout.html"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, dashboardRequest("GET", p, "", testKey))
+		if w.Code != http.StatusNotFound {
+			t.Errorf("GET %s signed in: %d, want 404", p, w.Code)
+		}
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, dashboardRequest("GET", "/dashboard/api/sandboxes/isb1", "", testKey))
+	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"sandboxID":"isb1"`) {
+		t.Errorf("GET /dashboard/api/sandboxes/isb1 signed in: %d %s", w.Code, w.Body)
+	}
+}
+
+// Signing in checks the key as the API does and keeps it in a cookie
+// scripts cannot read, sent same-site only, and over TLS only when the
+// server has it; signing out deletes it.
+func TestDashboardSignIn(t *testing.T) {
+	h := newHandler(t, newFake())
+	for _, c := range []struct {
+		name   string
+		body   string
+		tls    bool
+		status int
+		says   string
+	}{
+		{name: "no key", body: "", status: 400, says: "field key"},
+		{name: "wrong key", body: "key=e2b_not_a_key", status: 401, says: "not valid"},
+		{name: "valid", body: "key=" + url.QueryEscape(testKey), status: 303},
+		{name: "valid over TLS", body: "key=" + url.QueryEscape(testKey), tls: true, status: 303},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := dashboardRequest("POST", "/dashboard/sign-in", c.body, "")
+			r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			if c.tls {
+				r.TLS = &tls.ConnectionState{}
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != c.status || !strings.Contains(w.Body.String(), c.says) {
+				t.Fatalf("status %d, want %d saying %q: %s", w.Code, c.status, c.says, w.Body)
+			}
+			cookies := w.Result().Cookies()
+			if c.status != 303 {
+				if len(cookies) != 0 {
+					t.Errorf("a failed sign-in set cookies %v", cookies)
+				}
+				return
+			}
+			if len(cookies) != 1 {
+				t.Fatalf("cookies %v, want the session", cookies)
+			}
+			s := cookies[0]
+			if s.Name != sessionCookie || s.Value != testKey || !s.HttpOnly || s.SameSite != http.SameSiteStrictMode || s.Secure != c.tls || s.Path != "/dashboard" || s.MaxAge <= 0 {
+				t.Errorf("session cookie %+v", s)
+			}
+			if loc := w.Header().Get("Location"); loc != "/dashboard/" {
+				t.Errorf("redirected to %q", loc)
+			}
+		})
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, dashboardRequest("POST", "/dashboard/sign-out", "", testKey))
+	if c := w.Result().Cookies(); w.Code != 303 || len(c) != 1 || c[0].Name != sessionCookie || c[0].MaxAge >= 0 {
+		t.Errorf("sign out: %d, cookies %v", w.Code, c)
+	}
+}
+
+// A POST, DELETE or sign-in from another site is refused even with the
+// session cookie (which SameSite=Strict already keeps from a compliant
+// browser): by Sec-Fetch-Site, else by Origin against Host.
+func TestDashboardRefusesCrossSite(t *testing.T) {
+	f := newFake(store.Sandbox{ID: "isb1", State: store.StateRunning})
+	h := newHandler(t, f)
+	for _, c := range []struct {
+		name, method, target, body string
+		header                     map[string]string
+	}{
+		{"kill, cross-site", "DELETE", "/dashboard/api/sandboxes/isb1", "", map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{"kill, foreign origin", "DELETE", "/dashboard/api/sandboxes/isb1", "", map[string]string{"Sec-Fetch-Site": "", "Origin": "https://evil.test"}},
+		{"pause, same-site other origin", "POST", "/dashboard/api/sandboxes/isb1/pause", "", map[string]string{"Sec-Fetch-Site": "same-site"}},
+		{"sign-in, cross-site", "POST", "/dashboard/sign-in", "key=" + url.QueryEscape(testKey), map[string]string{"Sec-Fetch-Site": "cross-site"}},
+		{"sign-out, cross-site", "POST", "/dashboard/sign-out", "", map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := dashboardRequest(c.method, c.target, c.body, testKey)
+			setHeaders(r.Header, c.header)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusForbidden || len(w.Result().Cookies()) != 0 {
+				t.Errorf("status %d, cookies %v, want 403 and none", w.Code, w.Result().Cookies())
+			}
+		})
+	}
+	if _, err := f.Get(t.Context(), "isb1"); err != nil {
+		t.Errorf("a cross-site kill reached the sandbox: %v", err)
+	}
+	// The positive control: the same kill from the dashboard's own page.
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, dashboardRequest("DELETE", "/dashboard/api/sandboxes/isb1", "", testKey))
+	if w.Code != http.StatusNoContent {
+		t.Errorf("same-origin kill: %d %s", w.Code, w.Body)
+	}
+}
+
+// The terminal's size is checked before any shell starts: a 400 names the
+// parameter.
+func TestDashboardTerminalSize(t *testing.T) {
+	h := newHandler(t, newFake(store.Sandbox{ID: "isb1", State: store.StateRunning}))
+	for target, says := range map[string]string{
+		"?rows=24":           "cols must be",
+		"?cols=80&rows=0":    "rows must be",
+		"?cols=99999&rows=2": "cols must be",
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, dashboardRequest("GET", "/dashboard/api/sandboxes/isb1/terminal"+target, "", testKey))
+		if w.Code != 400 || !strings.Contains(w.Body.String(), says) {
+			t.Errorf("%s: %d %s, want 400 saying %q", target, w.Code, w.Body, says)
+		}
 	}
 }

@@ -12,6 +12,10 @@
 // {"code": <status>, "message": "..."} — for every non-2xx answer, including
 // unknown routes, because the SDKs branch on the JSON code field.
 //
-// Every route except GET /health needs an API key in the X-API-Key header,
-// checked with [Keys]. CORS is permissive so the SDKs work in a browser.
+// Every route except GET /health and the dashboard's needs an API key in the
+// X-API-Key header, checked with [Keys]. CORS is permissive so the SDKs work
+// in a browser. The web dashboard (dashboard.go, its pages and scripts
+// embedded from dashboard/) signs in with an API key kept in a session
+// cookie, which its own routes under /dashboard/api take instead of the
+// header; there every write from another origin is refused.
 package api

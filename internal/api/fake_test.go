@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"slices"
@@ -387,4 +388,9 @@ func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, ref string) error {
 		return &testError{msg: fmt.Sprintf("snapshot '%s' not found", ref), kind: sandbox.ErrNotFound}
 	}
 	return nil
+}
+
+// OpenTerminal implements Sandboxes; the fake has no shells.
+func (f *fakeSandboxes) OpenTerminal(ctx context.Context, id string, cols, rows uint32) (*sandbox.Terminal, error) {
+	return nil, errors.ErrUnsupported
 }

@@ -6,12 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
-	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
 )
 
 // ExecError is a command Exec ran that exited non-zero.
@@ -37,24 +34,11 @@ func (m *Manager) Exec(ctx context.Context, id string, env map[string]string, ar
 	if len(args) == 0 {
 		return nil, errors.New("exec: no command")
 	}
-	rec, err := m.Get(ctx, id)
+	e, err := m.envd(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	// A template deleted since the sandbox started leaves the default user,
-	// which is every built-in template's.
-	user := defaultUser
-	if tmpl, err := m.cfg.Templates.Lookup(rec.TemplateID); err == nil {
-		user = cmp.Or(tmpl.User, defaultUser)
-	}
-	hc := &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return m.Dial(ctx, id, EnvdPort)
-		},
-		DisableKeepAlives: true,
-	}}
-	client := processconnect.NewProcessClient(hc, "http://envd")
-	stream, err := client.Start(ctx, startRequest(user, rec.EnvdAccessToken, &process.ProcessConfig{Cmd: args[0], Args: args[1:], Envs: env}))
+	stream, err := e.client.Start(ctx, startRequest(e.user, e.token, &process.ProcessConfig{Cmd: args[0], Args: args[1:], Envs: env}))
 	if err != nil {
 		return nil, fmt.Errorf("running %s in sandbox %s: %w", args[0], id, err)
 	}

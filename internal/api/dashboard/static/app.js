@@ -1,0 +1,45 @@
+// Shared by the dashboard's pages: calls of the API under /dashboard/api
+// (the session cookie is the key) and the formatting of what they answer.
+
+/**
+ * Calls the API at path; a missing session goes back to the sign-in form.
+ * An answer other than 2xx throws an Error with its message and status; a
+ * request that got no answer throws fetch's TypeError.
+ */
+export async function api(path, init = {}) {
+  const res = await fetch('/dashboard/api' + path, { ...init, credentials: 'same-origin', headers: { 'Content-Type': 'application/json', ...init.headers } })
+  if (res.status === 401) {
+    location.assign('/dashboard/sign-in')
+    throw new Error('not signed in')
+  }
+  const text = await res.text()
+  const body = text ? JSON.parse(text) : null
+  if (!res.ok) throw Object.assign(new Error(body?.message || `${res.status} ${res.statusText}`), { status: res.status })
+  return body
+}
+
+/** A duration in ms as "3h 12m", "4m 05s" or "12s". */
+export function duration(ms) {
+  const s = Math.max(0, Math.round(ms / 1000))
+  if (s >= 3600) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`
+  if (s >= 60) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`
+  return `${s}s`
+}
+
+/** Bytes as MiB. */
+export function mib(bytes) {
+  return `${Math.round(bytes / (1 << 20))} MiB`
+}
+
+/** The latest metrics sample of sandbox id, or null. */
+export async function latestMetrics(id) {
+  const samples = await api(`/sandboxes/${encodeURIComponent(id)}/metrics`)
+  return samples?.length ? samples[samples.length - 1] : null
+}
+
+/** Shows msg in the page's status line (empty clears it). */
+export function status(msg, problem = false) {
+  const el = document.getElementById('status')
+  el.textContent = msg
+  el.classList.toggle('problem', problem)
+}
