@@ -52,27 +52,16 @@ func newSession(c *conn) *Session {
 // enable turns on the domains whose events wait watches, and starts
 // counting those events until the connection ends.
 func (s *Session) enable(ctx context.Context) error {
-	loads, cancelLoads := s.conn.Subscribe(page.LoadEventFired.Method)
-	started, cancelStarted := s.conn.Subscribe(network.RequestWillBeSent.Method)
-	finished, cancelFinished := s.conn.Subscribe(network.LoadingFinished.Method)
-	failed, cancelFailed := s.conn.Subscribe(network.LoadingFailed.Method)
+	// One ordered stream: on separate channels a request's end could be
+	// counted before its start, leaving it in flight for good.
+	events, cancel := s.conn.Events(page.LoadEventFired.Method,
+		network.RequestWillBeSent.Method, network.LoadingFinished.Method, network.LoadingFailed.Method)
 	go func() {
-		defer cancelLoads()
-		defer cancelStarted()
-		defer cancelFinished()
-		defer cancelFailed()
+		defer cancel()
 		for {
 			select {
-			case <-loads:
-				s.mu.Lock()
-				s.loads++
-				s.mu.Unlock()
-			case v := <-started:
-				s.request(v, true)
-			case v := <-finished:
-				s.request(v, false)
-			case v := <-failed:
-				s.request(v, false)
+			case ev := <-events:
+				s.count(ev)
 			case <-s.conn.done:
 				return
 			}
@@ -86,20 +75,26 @@ func (s *Session) enable(ctx context.Context) error {
 	return nil
 }
 
-// request counts a request of the page starting or ending.
-func (s *Session) request(v jsonv2.Value, started bool) {
-	var ev struct {
+// count counts a load of the page or a request starting or ending.
+func (s *Session) count(ev Event) {
+	if ev.Method == page.LoadEventFired.Method {
+		s.mu.Lock()
+		s.loads++
+		s.mu.Unlock()
+		return
+	}
+	var req struct {
 		RequestID string `json:"requestId"`
 	}
-	if json.Unmarshal(v, &ev) != nil {
+	if json.Unmarshal(ev.Params, &req) != nil {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if started {
-		s.inflight[ev.RequestID] = true
+	if ev.Method == network.RequestWillBeSent.Method {
+		s.inflight[req.RequestID] = true
 	} else {
-		delete(s.inflight, ev.RequestID)
+		delete(s.inflight, req.RequestID)
 	}
 	s.lastNet = time.Now()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -91,8 +92,11 @@ func (f *fakeChromium) serveCDP(w http.ResponseWriter, r *http.Request) {
 		}
 		out, _ := json.Marshal(reply)
 		ws.Write(ctx, websocket.MessageText, out)
-		for _, method := range events {
-			ws.Write(ctx, websocket.MessageText, []byte(`{"method":"`+method+`","params":{}}`))
+		for _, ev := range events {
+			if !strings.HasPrefix(ev, "{") { // a method without parameters
+				ev = `{"method":"` + ev + `","params":{}}`
+			}
+			ws.Write(ctx, websocket.MessageText, []byte(ev))
 		}
 	}
 }
@@ -411,6 +415,28 @@ func TestWaitTimesOutAndTheSessionLives(t *testing.T) {
 	f.answer("Page.captureScreenshot", func(json.RawMessage) (any, []string) { return map[string]any{"data": "AA=="}, nil })
 	if _, err := sess.Do(context.Background(), decode(t, `{"action":"screenshot"}`)); err != nil {
 		t.Errorf("screenshot after a timed-out wait: %v", err)
+	}
+}
+
+// A page's requests end right after they start: each is counted out after
+// it was counted in, or network idle would never come.
+func TestNetworkIdleAfterABurstOfRequests(t *testing.T) {
+	f := newFakeChromium(t)
+	f.answer("Page.captureScreenshot", func(json.RawMessage) (any, []string) {
+		var events []string
+		for i := range 500 {
+			for _, m := range []string{"Network.requestWillBeSent", "Network.loadingFinished"} {
+				events = append(events, fmt.Sprintf(`{"method":%q,"params":{"requestId":"r%d"}}`, m, i))
+			}
+		}
+		return map[string]any{"data": "AA=="}, events
+	})
+	sess := session(t, f)
+	if _, err := sess.Do(context.Background(), decode(t, `{"action":"screenshot"}`)); err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if _, err := sess.Do(context.Background(), decode(t, `{"action":"wait","for":"networkIdle","timeoutMs":3000}`)); err != nil {
+		t.Fatalf("wait for networkIdle after every request ended: %v", err)
 	}
 }
 

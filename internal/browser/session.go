@@ -20,8 +20,21 @@ type conn struct {
 	mu      sync.Mutex // guards the fields below
 	nextID  int64
 	pending map[int64]chan reply
-	subs    map[string][]chan jsonv2.Value
+	subs    map[*subscription]struct{}
 	err     error // why the read loop ended
+}
+
+// subscription takes the events of its methods from the read loop, which
+// must never block on it.
+type subscription struct {
+	methods map[string]bool
+	deliver func(Event)
+}
+
+// Event is an event of the page: its method and parameters.
+type Event struct {
+	Method string
+	Params jsonv2.Value
 }
 
 var _ cdp.Session = (*conn)(nil)
@@ -51,7 +64,7 @@ type message struct {
 // newConn starts reading ws; onClose runs once the connection ends.
 func newConn(ws *websocket.Conn, onClose func()) *conn {
 	ws.SetReadLimit(64 << 20) // screenshots and PDFs come base64 in one frame
-	c := &conn{ws: ws, done: make(chan struct{}), pending: map[int64]chan reply{}, subs: map[string][]chan jsonv2.Value{}}
+	c := &conn{ws: ws, done: make(chan struct{}), pending: map[int64]chan reply{}, subs: map[*subscription]struct{}{}}
 	go c.read(onClose)
 	return c
 }
@@ -73,10 +86,9 @@ func (c *conn) read(onClose func()) {
 		}
 		c.mu.Lock()
 		if m.Method != "" {
-			for _, ch := range c.subs[m.Method] {
-				select {
-				case ch <- jsonv2.Value(m.Params):
-				default: // a subscriber that fell behind loses events, never blocks the reader
+			for sub := range c.subs {
+				if sub.methods[m.Method] {
+					sub.deliver(Event{Method: m.Method, Params: jsonv2.Value(m.Params)})
 				}
 			}
 		} else if ch, ok := c.pending[m.ID]; ok {
@@ -155,24 +167,46 @@ func (c *conn) forget(id int64) {
 	c.mu.Unlock()
 }
 
+// subscriberRoom is the events a subscriber may fall behind by, room for a
+// busy page's burst of network events; one further behind loses events
+// rather than stall the reader.
+const subscriberRoom = 1024
+
 // Subscribe implements cdp.Session.
 func (c *conn) Subscribe(method string) (<-chan jsonv2.Value, func()) {
-	// Room for a busy page's burst of network events: a subscriber that
-	// falls this far behind loses events rather than stall the reader.
-	ch := make(chan jsonv2.Value, 1024)
-	c.mu.Lock()
-	c.subs[method] = append(c.subs[method], ch)
-	c.mu.Unlock()
-	return ch, func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		subs := c.subs[method]
-		for i, s := range subs {
-			if s == ch {
-				c.subs[method] = append(subs[:i], subs[i+1:]...)
-				return
-			}
+	ch := make(chan jsonv2.Value, subscriberRoom)
+	return ch, c.subscribe([]string{method}, func(ev Event) {
+		select {
+		case ch <- ev.Params:
+		default:
 		}
+	})
+}
+
+// Events is Subscribe for several methods on one channel, in the order
+// the page sent them: the end of a request never overtakes its start.
+func (c *conn) Events(methods ...string) (<-chan Event, func()) {
+	ch := make(chan Event, subscriberRoom)
+	return ch, c.subscribe(methods, func(ev Event) {
+		select {
+		case ch <- ev:
+		default:
+		}
+	})
+}
+
+func (c *conn) subscribe(methods []string, deliver func(Event)) func() {
+	sub := &subscription{methods: map[string]bool{}, deliver: deliver}
+	for _, m := range methods {
+		sub.methods[m] = true
+	}
+	c.mu.Lock()
+	c.subs[sub] = struct{}{}
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		delete(c.subs, sub)
+		c.mu.Unlock()
 	}
 }
 
