@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -266,6 +267,9 @@ func TestDerivedStepFailure(t *testing.T) {
 	assertNoBuildDirs(t, data, "")
 	if entries, _ := os.ReadDir(filepath.Join(data, "templates", ".layers", ".tmp")); len(entries) != 0 {
 		t.Errorf("unfinished layers left: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(data, "templates", "test-fail")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the failed template's directory (its lock) is left: %v", err)
 	}
 
 	// The step before the failure was kept: fixing the failing step reruns

@@ -170,6 +170,7 @@ func (b *Builder) Ensure(ctx context.Context, spec Spec) (*Template, error) {
 	}
 	t, err := b.build(ctx, spec, from, hash, dir, nonce)
 	if err != nil {
+		removeLockAndName(dir) // a failed build leaves no version behind, nor its lock
 		return nil, fmt.Errorf("building template %s: %w", id, err)
 	}
 	return t, nil
@@ -388,9 +389,16 @@ func (b *Builder) removeVersion(ctx context.Context, t Template) error {
 	if err := removeTree(dir); err != nil {
 		return err
 	}
-	os.Remove(dir + ".lock")
-	os.Remove(filepath.Dir(dir)) // the name directory, when now empty
+	removeLockAndName(dir)
 	return nil
+}
+
+// removeLockAndName removes the lock of version dir, which the caller
+// holds (lockFile notices a removed lock), and the template's name
+// directory when that leaves it empty.
+func removeLockAndName(dir string) {
+	os.Remove(dir + ".lock")
+	os.Remove(filepath.Dir(dir))
 }
 
 // ErrNoDebootstrap is returned when a template must be built and
