@@ -81,24 +81,22 @@ func clickAction(in clickIn) (client.BrowserAction, error) {
 	return client.BrowserAction{Action: "click", Selector: in.Selector, Ref: in.Ref, X: in.X, Y: in.Y}, in.check(in.X != nil)
 }
 
-type fillIn struct {
+// valueIn is the arguments of browser_fill and browser_select: an
+// element and the value to give it.
+type valueIn struct {
 	sandboxRef
 	element
 	Value string `json:"value" jsonschema:"the text to put in the field, replacing what it holds; empty clears it"`
 }
 
-func fillAction(in fillIn) (client.BrowserAction, error) {
-	return client.BrowserAction{Action: "fill", Selector: in.Selector, Ref: in.Ref, Value: &in.Value}, in.check(false)
-}
+// selectValue is what value means to browser_select.
+const selectValue = "the option to choose in the select element: its value or its label"
 
-type selectIn struct {
-	sandboxRef
-	element
-	Value string `json:"value" jsonschema:"the option to choose in the select element: its value or its label"`
-}
-
-func selectAction(in selectIn) (client.BrowserAction, error) {
-	return client.BrowserAction{Action: "select", Selector: in.Selector, Ref: in.Ref, Value: &in.Value}, in.check(false)
+// valueAction returns the maker of fill's or select's action.
+func valueAction(action string) func(valueIn) (client.BrowserAction, error) {
+	return func(in valueIn) (client.BrowserAction, error) {
+		return client.BrowserAction{Action: action, Selector: in.Selector, Ref: in.Ref, Value: &in.Value}, in.check(false)
+	}
 }
 
 type pressIn struct {

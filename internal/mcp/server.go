@@ -45,8 +45,9 @@ func NewServer(c *client.Client, version string) *mcp.Server {
 	const inBrowser = " in the Chromium of a sandbox made from the browser template (create_sandbox with template browser). "
 	add(s, c, "browser_navigate", "Open a URL"+inBrowser+"Waits for the page to load and returns its URL and title.", browse(t, navigateAction))
 	add(s, c, "browser_click", "Click an element (by CSS selector or by ref from browser_extract's accessibility tree) or a point"+inBrowser, browse(t, clickAction))
-	add(s, c, "browser_fill", "Type text into an input field or text area (by selector or ref), replacing what it held,"+inBrowser, browse(t, fillAction))
-	add(s, c, "browser_select", "Choose an option of a select element (by selector or ref)"+inBrowser, browse(t, selectAction))
+	add(s, c, "browser_fill", "Type text into an input field or text area (by selector or ref), replacing what it held,"+inBrowser, browse(t, valueAction("fill")))
+	add(s, c, "browser_select", "Choose an option of a select element (by selector or ref)"+inBrowser, browse(t, valueAction("select")),
+		func(s *jsonschema.Schema) { s.Properties["value"].Description = selectValue })
 	add(s, c, "browser_press", "Press a key (Enter submits a form, Tab moves the focus) on the focused element of the page"+inBrowser, browse(t, pressAction))
 	add(s, c, "browser_scroll", "Scroll the page by a distance, or until an element (by selector or ref) is in view,"+inBrowser, browse(t, scrollAction))
 	add(s, c, "browser_wait", "Wait for an element to appear, a navigation to end or the network to go idle"+inBrowser, browse(t, waitAction),
