@@ -19,8 +19,9 @@ import (
 //
 // The arguments are named as the API's fields are, but for the timeouts
 // (timeout_seconds, as the other tools have) and scroll's distances
-// (delta_x, delta_y): those are checked here, so that an error names the
-// argument the caller gave; the rest the API checks and names itself.
+// (delta_x, delta_y). Those are checked here, so that an error names the
+// argument the caller gave, and so is the element an action names; the
+// rest the API checks, naming the field, which is the argument's name.
 
 // maxBrowserTimeout is the longest navigate and wait may wait, the API's
 // bound.
