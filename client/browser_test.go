@@ -56,3 +56,38 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("press = %v, want the 400 as an *APIError", err)
 	}
 }
+
+// TestDesktopScreenshot checks the wire shape of Client.DesktopScreenshot:
+// an Anthropic screenshot action at the size asked for, and the PNG of its
+// tool_result.
+func TestDesktopScreenshot(t *testing.T) {
+	var got map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/sandboxes/sb1/computer-use/anthropic" {
+			t.Errorf("request %s %s", r.Method, r.URL.Path)
+		}
+		body, _ := io.ReadAll(r.Body)
+		got = nil
+		json.Unmarshal(body, &got)
+		io.WriteString(w, `{"type":"tool_result","tool_use_id":"screenshot","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"iVBORw=="}}]}`)
+	}))
+	defer srv.Close()
+	c, err := New(Config{APIURL: srv.URL, APIKey: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	png, err := c.DesktopScreenshot(context.Background(), "sb1", 800, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"tool":     map[string]any{"type": "computer_20250124", "name": "computer", "display_width_px": 800.0, "display_height_px": 600.0},
+		"tool_use": map[string]any{"type": "tool_use", "id": "screenshot", "name": "computer", "input": map[string]any{"action": "screenshot"}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("sent (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]byte{0x89, 'P', 'N', 'G'}, png); diff != "" {
+		t.Errorf("PNG (-want +got):\n%s", diff)
+	}
+}

@@ -28,6 +28,14 @@ starts it as an MCP server. The tools act on the server the environment
                    move files in and out, list directories
   get_sandbox_url  the public URL of a port of a sandbox
   kill_sandbox     kill a sandbox
+  browser_navigate, browser_click, browser_fill, browser_select,
+  browser_press, browser_scroll, browser_wait, browser_extract
+                   drive the Chromium of a browser sandbox; extract reads
+                   the text, HTML, links or the accessibility tree, whose
+                   refs name the elements to act on
+  browser_screenshot, desktop_screenshot
+                   a PNG of a browser sandbox's page or of a desktop
+                   sandbox's display, as image content
 
 A failing tool answers a tool error (isError) with the reason; the
 protocol itself never fails for it. Nothing but MCP messages is written to

@@ -1,7 +1,13 @@
 // Package mcp serves agent-sandbox's tools over the Model Context Protocol,
 // so that an agent host (Claude Desktop, an IDE, an agent framework) can
 // create sandboxes, run code and commands in them, move files, reach their
-// ports and kill them by adding one MCP server entry.
+// ports, drive a browser sandbox's Chromium and see a desktop's display,
+// and kill them, by adding one MCP server entry.
+//
+// The browser tools (browser.go) are one tool per action of the browser
+// action API, so that each schema says what its action takes; the
+// screenshots, of a browser's page and of a desktop's display, come back
+// as MCP image content.
 //
 // One set of tools ([NewServer]) backs both transports:
 //

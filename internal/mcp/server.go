@@ -24,48 +24,61 @@ func NewServer(c *client.Client, version string) *mcp.Server {
 			"act in it with the other tools by its sandbox_id, and kill it with kill_sandbox when done; it is killed anyway when its timeout passes.",
 	})
 	t := &tools{c: c}
-	mcp.AddTool(s, &mcp.Tool{
-		Name: "create_sandbox",
-		Description: "Create a new sandbox: a fresh Linux machine with its own file system and network, started from a template. " +
-			"Returns its sandbox_id. It is killed when its timeout passes.",
-	}, explain(c, t.create))
-	mcp.AddTool(s, &mcp.Tool{
-		Name: "run_code",
-		Description: "Run code in a sandbox's code interpreter, like a Jupyter cell, and return its stdout, stderr, results (the last expression's value, " +
-			"charts as images) and error. State persists between runs in the same context. The sandbox must come from the code-interpreter-v1 template.",
-		InputSchema: schema[runCodeIn](func(s *jsonschema.Schema) { s.Properties["language"].Enum = codeLanguages }),
-	}, explain(c, t.runCode))
-	mcp.AddTool(s, &mcp.Tool{
-		Name: "run_command",
-		Description: "Run a shell command in a sandbox and return its exit code, stdout and stderr (up to 256 KiB each), " +
-			"or start it in the background and return its PID.",
-	}, explain(c, t.runCommand))
-	mcp.AddTool(s, &mcp.Tool{
-		Name:        "read_file",
-		Description: "Read a file from a sandbox (up to 4 MiB). Text comes back as is, other data as base64.",
-	}, explain(c, t.readFile))
-	mcp.AddTool(s, &mcp.Tool{
-		Name:        "write_file",
-		Description: "Write a file in a sandbox, creating missing directories and replacing an existing file.",
-		InputSchema: schema[writeFileIn](func(s *jsonschema.Schema) { s.Properties["encoding"].Enum = encodings }),
-	}, explain(c, t.writeFile))
-	mcp.AddTool(s, &mcp.Tool{
-		Name:        "list_files",
-		Description: "List a directory in a sandbox: name, path, type (file, dir, symlink), size, permissions, owner and modification time of each entry.",
-	}, explain(c, t.listFiles))
-	mcp.AddTool(s, &mcp.Tool{
-		Name: "get_sandbox_url",
-		Description: "Get the public URL of a port of a sandbox, where a server the sandbox runs on that port (started with run_command in the background) " +
-			"can be reached from outside, e.g. by a browser.",
-		InputSchema: schema[urlIn](func(s *jsonschema.Schema) {
-			s.Properties["port"].Minimum, s.Properties["port"].Maximum = ptr(1.0), ptr(65535.0)
-		}),
-	}, explain(c, t.url))
-	mcp.AddTool(s, &mcp.Tool{
-		Name:        "kill_sandbox",
-		Description: "Kill a sandbox and everything in it. Its files are gone for good.",
-	}, explain(c, t.kill))
+	add(s, c, "create_sandbox", "Create a new sandbox: a fresh Linux machine with its own file system and network, started from a template. "+
+		"Returns its sandbox_id. It is killed when its timeout passes.", t.create)
+	add(s, c, "run_code", "Run code in a sandbox's code interpreter, like a Jupyter cell, and return its stdout, stderr, results (the last expression's value, "+
+		"charts as images) and error. State persists between runs in the same context. The sandbox must come from the code-interpreter-v1 template.",
+		t.runCode, enum("language", codeLanguages))
+	add(s, c, "run_command", "Run a shell command in a sandbox and return its exit code, stdout and stderr (up to 256 KiB each), "+
+		"or start it in the background and return its PID.", t.runCommand)
+	add(s, c, "read_file", "Read a file from a sandbox (up to 4 MiB). Text comes back as is, other data as base64.", t.readFile)
+	add(s, c, "write_file", "Write a file in a sandbox, creating missing directories and replacing an existing file.",
+		t.writeFile, enum("encoding", encodings))
+	add(s, c, "list_files", "List a directory in a sandbox: name, path, type (file, dir, symlink), size, permissions, owner and modification time of each entry.",
+		t.listFiles)
+	add(s, c, "get_sandbox_url", "Get the public URL of a port of a sandbox, where a server the sandbox runs on that port (started with run_command in the background) "+
+		"can be reached from outside, e.g. by a browser.", t.url, func(s *jsonschema.Schema) {
+		s.Properties["port"].Minimum, s.Properties["port"].Maximum = ptr(1.0), ptr(65535.0)
+	})
+	add(s, c, "kill_sandbox", "Kill a sandbox and everything in it. Its files are gone for good.", t.kill)
+
+	const inBrowser = " in the Chromium of a sandbox made from the browser template (create_sandbox with template browser). "
+	add(s, c, "browser_navigate", "Open a URL"+inBrowser+"Waits for the page to load and returns its URL and title.", browse(t, navigateAction))
+	add(s, c, "browser_click", "Click an element (by CSS selector or by ref from browser_extract's accessibility tree) or a point"+inBrowser, browse(t, clickAction))
+	add(s, c, "browser_fill", "Type text into an input field or text area (by selector or ref), replacing what it held,"+inBrowser, browse(t, valueAction("fill")))
+	add(s, c, "browser_select", "Choose an option of a select element (by selector or ref)"+inBrowser, browse(t, valueAction("select")),
+		func(s *jsonschema.Schema) { s.Properties["value"].Description = selectValue })
+	add(s, c, "browser_press", "Press a key (Enter submits a form, Tab moves the focus) on the focused element of the page"+inBrowser, browse(t, pressAction))
+	add(s, c, "browser_scroll", "Scroll the page by a distance, or until an element (by selector or ref) is in view,"+inBrowser, browse(t, scrollAction))
+	add(s, c, "browser_wait", "Wait for an element to appear, a navigation to end or the network to go idle"+inBrowser, browse(t, waitAction),
+		enum("for", waitConditions))
+	add(s, c, "browser_extract", "Read the page"+inBrowser+"Returns its text, HTML, links, or its accessibility tree, "+
+		"whose refs name elements for browser_click, browser_fill and browser_select: the way to find what to act on.", browse(t, extractAction),
+		enum("format", extractFormats))
+	add(s, c, "browser_screenshot", "Take a screenshot of the page"+inBrowser+"Returns a PNG image of the viewport.", browse(t, screenshotAction))
+	add(s, c, "desktop_screenshot", "Take a screenshot of the X display of a sandbox made from the desktop template, scaled to the size asked for. "+
+		"Returns a PNG image. The display must be running: @e2b/desktop's Sandbox.create starts it, or start Xvfb :0 with run_command in the background.",
+		t.desktopScreenshot)
 	return s
+}
+
+// add registers the tool name on s: h, its errors explained, taking In,
+// whose schema is inferred and then adjusted with what struct tags cannot
+// say (enums, bounds).
+func add[In, Out any](s *mcp.Server, c *client.Client, name, description string, h mcp.ToolHandlerFor[In, Out], adjust ...func(*jsonschema.Schema)) {
+	in, err := jsonschema.For[In](nil)
+	if err != nil {
+		panic("mcp: inferring the input schema of " + name + ": " + err.Error()) // a programming error
+	}
+	for _, a := range adjust {
+		a(in)
+	}
+	mcp.AddTool(s, &mcp.Tool{Name: name, Description: description, InputSchema: in}, explain(c, h))
+}
+
+// enum restricts the argument name to values.
+func enum(name string, values []any) func(*jsonschema.Schema) {
+	return func(s *jsonschema.Schema) { s.Properties[name].Enum = values }
 }
 
 // explain adds what to do to the errors of h that are about reaching the
@@ -83,17 +96,6 @@ func explain[In, Out any](c *client.Client, h mcp.ToolHandlerFor[In, Out]) mcp.T
 		}
 		return res, out, err
 	}
-}
-
-// schema is the input schema inferred from In, then adjusted with what
-// struct tags cannot say (enums, bounds).
-func schema[In any](adjust func(*jsonschema.Schema)) *jsonschema.Schema {
-	s, err := jsonschema.For[In](nil)
-	if err != nil {
-		panic("mcp: inferring a tool's input schema: " + err.Error()) // a programming error
-	}
-	adjust(s)
-	return s
 }
 
 func ptr[T any](v T) *T { return &v }

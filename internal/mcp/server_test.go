@@ -65,7 +65,11 @@ func TestToolsDescribeEveryArgument(t *testing.T) {
 			t.Errorf("%s: unknown arguments are not refused by the schema", tool.Name)
 		}
 	}
-	want := []string{"create_sandbox", "get_sandbox_url", "kill_sandbox", "list_files", "read_file", "run_code", "run_command", "write_file"}
+	want := []string{
+		"browser_click", "browser_extract", "browser_fill", "browser_navigate", "browser_press", "browser_screenshot", "browser_scroll",
+		"browser_select", "browser_wait", "create_sandbox", "desktop_screenshot", "get_sandbox_url", "kill_sandbox", "list_files",
+		"read_file", "run_code", "run_command", "write_file",
+	}
 	if slices.Sort(names); !slices.Equal(names, want) {
 		t.Errorf("tools %q, want %q", names, want)
 	}
@@ -93,6 +97,22 @@ func TestBadArgumentsAreToolErrors(t *testing.T) {
 		{"list_files", map[string]any{"sandbox_id": "x", "path": "/", "depth": -1}, "depth"},
 		{"get_sandbox_url", map[string]any{"sandbox_id": "x", "port": 0}, "port"},
 		{"kill_sandbox", map[string]any{"sandbox_id": ""}, "sandbox_id is empty"},
+		{"browser_navigate", map[string]any{"sandbox_id": "x"}, "url"},
+		{"browser_navigate", map[string]any{"sandbox_id": "x", "url": "http://a/", "timeout_seconds": 61}, "timeout_seconds"},
+		{"browser_click", map[string]any{"sandbox_id": "x"}, "selector"},
+		{"browser_click", map[string]any{"sandbox_id": "x", "selector": "a", "ref": "e1"}, "selector"},
+		{"browser_click", map[string]any{"sandbox_id": "x", "x": 5}, "y"},
+		{"browser_fill", map[string]any{"sandbox_id": "x", "ref": "e1"}, "value"},
+		{"browser_select", map[string]any{"sandbox_id": "x", "value": "red"}, "selector"},
+		{"browser_press", map[string]any{"sandbox_id": "x", "key": ""}, "key is empty"},
+		{"browser_scroll", map[string]any{"sandbox_id": "x"}, "delta_y"},
+		{"browser_scroll", map[string]any{"sandbox_id": "x", "delta_y": 100, "selector": "a"}, "delta_y"},
+		{"browser_wait", map[string]any{"sandbox_id": "x", "for": "godot"}, "for"},
+		{"browser_wait", map[string]any{"sandbox_id": "x", "for": "navigation", "timeout_seconds": -1}, "timeout_seconds"},
+		{"browser_extract", map[string]any{"sandbox_id": "x", "format": "pdf"}, "format"},
+		{"browser_screenshot", map[string]any{"sandbox_id": "x", "format": "jpeg"}, "format"},
+		{"desktop_screenshot", map[string]any{"sandbox_id": "x", "width": 9000}, "width"},
+		{"desktop_screenshot", map[string]any{"sandbox_id": "x", "height": -1}, "height"},
 	}
 	for _, tt := range tests {
 		res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: tt.tool, Arguments: tt.args})
@@ -134,5 +154,29 @@ func TestUnreachableServerIsExplained(t *testing.T) {
 	}
 	if text := res.Content[0].(*mcp.TextContent).Text; !res.IsError || !strings.Contains(text, "is the agent-sandbox server running at http://127.0.0.1:1?") {
 		t.Errorf("isError %v, %q; want the server's address named", res.IsError, text)
+	}
+}
+
+// TestPageResult: extract's accessibility tree reads as an outline with
+// the refs, a screenshot is image content, and every result keeps its
+// fields as structured content.
+func TestPageResult(t *testing.T) {
+	tree := &client.BrowserNode{Ref: "e1", Role: "RootWebArea", Name: "Form", Children: []*client.BrowserNode{
+		{Ref: "e4", Role: "textbox", Value: "hi"}, {Ref: "e9", Role: "button", Name: "Send"},
+	}}
+	res := pageResult(client.BrowserAction{Action: "extract", Format: "accessibility"}, client.BrowserResult{Tree: tree})
+	want := "- RootWebArea \"Form\" [ref=e1]\n  - textbox = \"hi\" [ref=e4]\n  - button \"Send\" [ref=e9]"
+	if got := res.Content[0].(*mcp.TextContent).Text; got != want {
+		t.Errorf("outline:\n%s\nwant:\n%s", got, want)
+	}
+	if got := string(res.StructuredContent.(json.RawMessage)); !strings.Contains(got, `"ref":"e9"`) {
+		t.Errorf("structured content %s lacks the tree", got)
+	}
+	if got := string(pageResult(client.BrowserAction{Action: "click"}, client.BrowserResult{}).StructuredContent.(json.RawMessage)); got != "{}" {
+		t.Errorf("click's structured content %s, want {}", got)
+	}
+	shot := pageResult(client.BrowserAction{Action: "screenshot"}, client.BrowserResult{MimeType: "image/png", Data: []byte("\x89PNG")})
+	if img, ok := shot.Content[0].(*mcp.ImageContent); !ok || img.MIMEType != "image/png" || string(img.Data) != "\x89PNG" {
+		t.Errorf("screenshot content %#v, want the PNG as image content", shot.Content[0])
 	}
 }

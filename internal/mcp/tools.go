@@ -41,6 +41,8 @@ type sandboxRef struct {
 	SandboxID string `json:"sandbox_id" jsonschema:"the ID of the sandbox, as create_sandbox returned it"`
 }
 
+func (r sandboxRef) sandboxID() string { return r.SandboxID }
+
 // sandbox returns a handle for the sandbox id.
 func (t *tools) sandbox(ctx context.Context, id string) (*client.Sandbox, error) {
 	if id == "" {

@@ -41,8 +41,9 @@ type ImageStorage struct {
 }
 
 var (
-	_ Storage  = (*ImageStorage)(nil)
-	_ Attacher = (*ImageStorage)(nil)
+	_ Storage       = (*ImageStorage)(nil)
+	_ Attacher      = (*ImageStorage)(nil)
+	_ orphanRemover = (*ImageStorage)(nil)
 )
 
 func (s *ImageStorage) image(id string) string  { return filepath.Join(s.Dir, id+".ext4") }
@@ -184,8 +185,8 @@ func (s *ImageStorage) unmount(id string) error {
 	if err != nil || !mounted {
 		return err
 	}
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
+	backing, err := backingFile(dir)
+	if err != nil {
 		return fmt.Errorf("reading the mount of volume %s: %w", id, err)
 	}
 	// Not detached: a request of the content API in flight keeps it busy.
@@ -196,7 +197,6 @@ func (s *ImageStorage) unmount(id string) error {
 	}
 	// The loop device goes with the last mount of its file system
 	// (autoclear); one still backed by the image is mounted elsewhere.
-	backing := fmt.Sprintf("/sys/dev/block/%d:%d/loop/backing_file", unix.Major(st.Dev), unix.Minor(st.Dev))
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if !backedBy(backing, s.image(id)) {
 			return nil
@@ -205,6 +205,68 @@ func (s *ImageStorage) unmount(id string) error {
 			return fmt.Errorf("volume %s is still mounted by a sandbox on this host (not a VM); it is attached to a VM once none mounts it: %w", id, ErrInUse)
 		}
 	}
+}
+
+// backingFile returns the sysfs file that names the image behind the
+// loop device of the file system mounted at dir (it is missing when that
+// is no loop device).
+func backingFile(dir string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("/sys/dev/block/%d:%d/loop/backing_file", unix.Major(st.Dev), unix.Minor(st.Dev)), nil
+}
+
+// deletedSuffix ends the path the kernel gives for a file that was
+// deleted while open (d_path), as a loop device's backing file is.
+const deletedSuffix = " (deleted)"
+
+// RemoveOrphans implements orphanRemover: it unmounts the volume mounts in
+// MountDir whose image was deleted under them, which is what deleting a
+// server's data directory leaves (a test's, or one whose server was
+// killed with its volumes mounted): mounted for good, from a file no
+// server can reach again.
+//
+// MountDir is one per host, shared by the servers of every data
+// directory, so the image decides whose a mount is, as the kernel records
+// it: one whose image still exists is its data directory's, even when that
+// is not this storage's Dir, and is left alone, for its server finds it
+// again when it starts (and removes it if it has no record of it).
+// Deleting an image that is mounted happens nowhere else (Remove and
+// Attach unmount first), so such a mount is nobody's, whichever server
+// runs. A sandbox that still has it mounted (bind-mounted in a jail) keeps
+// its view: the unmount is detached.
+func (s *ImageStorage) RemoveOrphans(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	mps, err := mountinfo.Under(s.MountDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, mp := range mps {
+		if filepath.Dir(mp) != filepath.Clean(s.MountDir) {
+			continue // not a volume's mount, <MountDir>/<id>
+		}
+		backing, err := backingFile(mp)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reading the mount %s: %w", mp, err))
+			continue
+		}
+		image, err := os.ReadFile(backing)
+		if err != nil || !strings.HasSuffix(strings.TrimSuffix(string(image), "\n"), deletedSuffix) {
+			continue // not a loop device (not a volume's), or its image is there
+		}
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil {
+			errs = append(errs, fmt.Errorf("unmounting %s (its image %s): %w", mp, strings.TrimSpace(string(image)), err))
+			continue
+		}
+		if err := os.Remove(mp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // backedBy reports whether the loop device whose backing_file (in sysfs)

@@ -8,9 +8,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 )
 
@@ -162,4 +164,89 @@ func TestImageStorageAttach(t *testing.T) {
 	if got, err := restarted.Attached(ctx); err != nil || len(got) != 0 {
 		t.Errorf("Attached after Detach = %v, %v", got, err)
 	}
+}
+
+// TestSweepRemovesOrphanedMounts: three servers' volumes are mounted in
+// one host-wide mount directory, each server with a data directory of its
+// own. The data directory of one is deleted under its mounted volume, as
+// a test's is after a server killed mid-run; Sweep at this server's start
+// unmounts that one, loop device and all, and leaves this server's live
+// volume and the other server's (whose image is still there) mounted.
+func TestSweepRemovesOrphanedMounts(t *testing.T) {
+	testenv.RequireRoot(t)
+	ctx := context.Background()
+	tmp := t.TempDir()
+	mnt := filepath.Join(tmp, "mnt")
+	storage := func(dataDir, id string) *ImageStorage {
+		s := &ImageStorage{Dir: filepath.Join(tmp, dataDir, "volumes"), MountDir: mnt}
+		if err := s.Create(ctx, id, 16<<20); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			s.Remove(ctx, id)
+			unix.Unmount(filepath.Join(mnt, id), unix.MNT_DETACH) // the orphan, if the sweep left it
+		})
+		return s
+	}
+	const mineID, otherID, orphanID = "0b6a2f5e-0000-4000-8000-00000000000a", "0b6a2f5e-0000-4000-8000-00000000000b", "0b6a2f5e-0000-4000-8000-00000000000c"
+	mine := storage("mine", mineID)
+	storage("other", otherID)
+	orphan := storage("gone", orphanID)
+	if err := os.RemoveAll(filepath.Join(tmp, "gone")); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err := store.Open(ctx, filepath.Join(tmp, "mine", "agent-sandbox.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := st.CreateVolume(ctx, store.Volume{ID: mineID, Name: "kept", SizeBytes: 16 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	svc, err := New(Config{Records: st, Storage: mine, Size: 16 << 20, KeyFile: filepath.Join(tmp, "mine", "volume-token.key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Sweep(ctx); err != nil {
+		t.Fatalf("Sweep: %v", err)
+	}
+
+	for id, want := range map[string]bool{mineID: true, otherID: true, orphanID: false} {
+		if mounted, err := isMountPoint(filepath.Join(mnt, id)); err != nil || mounted != want {
+			t.Errorf("volume %s mounted: %v (%v), want %v", id, mounted, err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(mnt, orphanID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the orphan's mount directory: %v, want it removed", err)
+	}
+	// The loop device goes with the mount (autoclear), and the deleted
+	// image's blocks with it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		loops := loopsBackedBy(t, orphan.image(orphanID))
+		if len(loops) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loop devices %v still hold the orphan's image", loops)
+		}
+	}
+}
+
+// loopsBackedBy returns the loop devices whose backing file is image, or
+// was before it was deleted.
+func loopsBackedBy(t *testing.T, image string) []string {
+	t.Helper()
+	files, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loops []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err == nil && strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), deletedSuffix) == image {
+			loops = append(loops, strings.Split(f, "/")[3])
+		}
+	}
+	return loops
 }

@@ -43,3 +43,6 @@ func (s *ImageStorage) Detach(context.Context, string, string) error { return er
 func (s *ImageStorage) Attached(context.Context) (map[string]string, error) {
 	return nil, errors.ErrUnsupported
 }
+
+// RemoveOrphans implements orphanRemover.
+func (s *ImageStorage) RemoveOrphans(context.Context) error { return errors.ErrUnsupported }

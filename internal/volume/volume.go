@@ -286,15 +286,28 @@ func newUUID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
+// orphanRemover is a Storage that can find, beside its own volumes, what
+// no storage owns any more in a place it shares with others (the host's
+// volume mounts), and remove it.
+type orphanRemover interface {
+	RemoveOrphans(ctx context.Context) error
+}
+
 // Sweep removes the storage that no record names: what a crash left
 // between making a volume's storage and recording it, or between
-// deleting the record and the storage.
+// deleting the record and the storage; and, where the storage is an
+// orphanRemover, what no storage owns any more.
 func (s *Service) Sweep(ctx context.Context) error {
 	ids, err := s.storage.List(ctx)
 	if err != nil {
 		return fmt.Errorf("listing volume storage: %w", err)
 	}
 	var errs []error
+	if o, ok := s.storage.(orphanRemover); ok {
+		if err := o.RemoveOrphans(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("removing orphaned volume mounts: %w", err))
+		}
+	}
 	for _, id := range ids {
 		if _, err := s.records.GetVolume(ctx, id); !errors.Is(err, store.ErrNotFound) {
 			errs = append(errs, err) // nil when it is known

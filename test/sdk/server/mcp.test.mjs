@@ -8,7 +8,11 @@
 // created, print(6*7) run, a chart returned as an image, a file written, read back and listed, a
 // command run in the foreground and in the background, a port's URL, the
 // tool errors, and the kill, after which the E2B SDK finds the sandbox
-// gone.
+// gone. Then a browser sandbox, created through the tools too: a form page
+// served inside it (FORM, as browser-actions.test.mjs serves it) opened,
+// its field found in the accessibility tree and filled by its ref, the
+// form submitted with Enter, the page's text read, and a screenshot taken,
+// which comes back as image content holding a PNG that decodes.
 
 import { after, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
@@ -18,9 +22,16 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 
 import { resolveServerBin } from '../server-process.mjs'
-import { apiKey, apiUrl, mode, RUN_META_KEY, runTag, track, killCreated } from './helpers.mjs'
+import { apiKey, apiUrl, FORM, mode, RUN_META_KEY, runTag, track, killCreated } from './helpers.mjs'
+import { lumaVariance } from './png.mjs'
 
-const TOOLS = ['create_sandbox', 'run_code', 'run_command', 'read_file', 'write_file', 'list_files', 'get_sandbox_url', 'kill_sandbox']
+const TOOLS = [
+  'create_sandbox', 'run_code', 'run_command', 'read_file', 'write_file', 'list_files', 'get_sandbox_url', 'kill_sandbox',
+  'browser_navigate', 'browser_click', 'browser_fill', 'browser_select', 'browser_press', 'browser_scroll', 'browser_wait',
+  'browser_extract', 'browser_screenshot', 'desktop_screenshot',
+]
+const PAGE_PORT = 8000
+const PAGE = `http://127.0.0.1:${PAGE_PORT}/form.html`
 const printed = JSON.parse(process.env.SDK_TEST_PRINTED_ENV ?? 'null')
 
 after(killCreated)
@@ -158,10 +169,77 @@ for (const [transportName, transport] of [['stdio', stdioTransport], ['streamabl
       assert.deepEqual((await call(client, 'kill_sandbox', { sandbox_id: id })).structuredContent, { killed: id })
       await assert.rejects(Sandbox.getInfo(id), (err) => /not found/i.test(err.message))
       assert.match(await callFails(client, 'kill_sandbox', { sandbox_id: id }), /does not exist/)
+    })
+
+    test('browser tools: a page served in a browser sandbox filled by ref, read, and a screenshot as a PNG', async () => {
+      const r = await call(client, 'create_sandbox', { template: 'browser', timeout_seconds: 240, metadata: { [RUN_META_KEY]: runTag } })
+      const bid = track(r.structuredContent.sandbox_id)
+      await call(client, 'write_file', { sandbox_id: bid, path: 'site/form.html', content: FORM })
+      await call(client, 'run_command', {
+        sandbox_id: bid,
+        command: `python3 -m http.server ${PAGE_PORT} --bind 127.0.0.1 --directory /home/user/site`,
+        background: true,
+      })
+      const up = await call(client, 'run_command', {
+        sandbox_id: bid,
+        command: `for i in $(seq 100); do curl -sf -o /dev/null ${PAGE} && exit 0; sleep 0.1; done; exit 1`,
+      })
+      assert.equal(up.structuredContent.exit_code, 0, 'the page server in the sandbox did not answer')
+
+      const nav = await call(client, 'browser_navigate', { sandbox_id: bid, url: PAGE })
+      assert.equal(nav.structuredContent.url, PAGE)
+
+      const tree = await call(client, 'browser_extract', { sandbox_id: bid, format: 'accessibility' })
+      const field = tree.content[0].text.match(/- textbox.*\[ref=(e\d+)\]/)
+      assert.ok(field, tree.content[0].text)
+      const word = `mcp${transportName.length}x${Date.now() % 10_000}`
+      await call(client, 'browser_fill', { sandbox_id: bid, ref: field[1], value: word })
+      await call(client, 'browser_press', { sandbox_id: bid, key: 'Enter' })
+      await call(client, 'browser_wait', { sandbox_id: bid, for: 'networkIdle', timeout_seconds: 10 })
+      const text = await call(client, 'browser_extract', { sandbox_id: bid, selector: '#result' })
+      assert.equal(text.content[0].text, `hello ${word} in red`)
+      assert.equal(text.structuredContent.text, `hello ${word} in red`)
+
+      const shot = await call(client, 'browser_screenshot', { sandbox_id: bid })
+      assert.deepEqual(shot.content.map((c) => [c.type, c.mimeType]), [['image', 'image/png']])
+      const { width, height, variance } = lumaVariance(Buffer.from(shot.content[0].data, 'base64'))
+      assert.ok(width > 100 && height > 100, `a ${width}x${height} screenshot`)
+      assert.ok(variance > 0, 'the screenshot is blank')
+
+      assert.match(await callFails(client, 'browser_click', { sandbox_id: bid, selector: 'a', ref: field[1] }), /selector/)
+      assert.match(await callFails(client, 'browser_click', { sandbox_id: bid, selector: '#nowhere' }), /nowhere/)
+      assert.match(await callFails(client, 'browser_navigate', { sandbox_id: bid, url: 'file:///etc/passwd' }), /url/)
+      assert.deepEqual((await call(client, 'kill_sandbox', { sandbox_id: bid })).structuredContent, { killed: bid })
       assert.equal(stderr, '', 'agent-sandbox mcp wrote to stderr')
     })
   })
 }
+
+// Over one transport only: the tool is the same on both, and a desktop sandbox is heavy.
+describe(`MCP desktop_screenshot over streamable HTTP (${mode} mode)`, { timeout: 240_000 }, () => {
+  let client
+  after(async () => {
+    await client?.close()
+  })
+
+  test('a desktop sandbox whose display runs: the screenshot is a PNG of the size asked for', async () => {
+    client = await connect(httpTransport())
+    const r = await call(client, 'create_sandbox', { template: 'desktop', timeout_seconds: 180, metadata: { [RUN_META_KEY]: runTag } })
+    const did = track(r.structuredContent.sandbox_id)
+    assert.match(await callFails(client, 'desktop_screenshot', { sandbox_id: did }), /no display/)
+    await call(client, 'run_command', { sandbox_id: did, command: 'Xvfb :0 -screen 0 1024x768x24 -nolisten tcp', background: true })
+    const up = await call(client, 'run_command', {
+      sandbox_id: did,
+      command: 'for i in $(seq 100); do xdpyinfo -display :0 >/dev/null 2>&1 && exit 0; sleep 0.1; done; exit 1',
+    })
+    assert.equal(up.structuredContent.exit_code, 0, 'Xvfb did not come up')
+    const shot = await call(client, 'desktop_screenshot', { sandbox_id: did, width: 800, height: 600 })
+    assert.deepEqual(shot.content.map((c) => [c.type, c.mimeType]), [['image', 'image/png']])
+    const { width, height } = lumaVariance(Buffer.from(shot.content[0].data, 'base64'))
+    assert.deepEqual([width, height], [800, 600])
+    await call(client, 'kill_sandbox', { sandbox_id: did })
+  })
+})
 
 describe(`/mcp refuses callers without a valid key (${mode} mode)`, () => {
   const initialize = {
