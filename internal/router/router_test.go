@@ -520,7 +520,8 @@ func TestTrafficAccessToken(t *testing.T) {
 		d.serve(t, "ipublic", port, ok)
 	}
 	d.serve(t, "iprivate", template.DevToolsPort, fakeChromium())
-	rt, err := New(Config{Dialer: d, Ingress: ingress{"iprivate": {TrafficToken: "secret"}}, Domain: "example.test"})
+	d.serve(t, "isecure", template.DevToolsPort, fakeChromium())
+	rt, err := New(Config{Dialer: d, Ingress: ingress{"iprivate": {TrafficToken: "secret"}, "isecure": {AccessToken: "envd-secret"}}, Domain: "example.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -547,6 +548,8 @@ func TestTrafficAccessToken(t *testing.T) {
 			wantBody: `{"sandboxId":"iprivate","message":"missing traffic access token: send it in the e2b-traffic-access-token header","code":403}`},
 		{name: "DevTools port with the token", host: "9222-iprivate.example.test", path: "/json/version", token: "secret", wantCode: 200,
 			wantBody: `{"Browser":"Chrome/140","webSocketDebuggerUrl":"ws://9222-iprivate.example.test/devtools/browser/b1"}`},
+		{name: "DevTools port of a secure sandbox with public traffic", host: "9222-isecure.example.test", path: "/json/version", wantCode: 200,
+			wantBody: `{"Browser":"Chrome/140","webSocketDebuggerUrl":"ws://9222-isecure.example.test/devtools/browser/b1"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
