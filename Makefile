@@ -66,11 +66,13 @@ endef
 
 ## test-sdk: the official-SDK suite against a real server. Its data dir is
 ## seeded with hard links to the base template TestBuildBase built into the
-## Go tests' cache (same spec, same version directory), so that CI builds
-## base once; only a complete template (with its template.json) is linked.
+## Go tests' cache (same spec, same version directory), and to the browser
+## template test/egress built there, so that CI builds each once; only a
+## complete template (with its template.json) is linked.
 TEST_CACHE ?= $(or $(AGENT_SANDBOX_TEST_CACHE),/var/cache/agent-sandbox-test)
 test-sdk: deps-test build
 	$(call seed_base,$(TEST_CACHE),$(SDK_DATA_DIR))
+	$(call seed_template,$(TEST_CACHE),$(SDK_DATA_DIR),browser)
 	node test/sdk/run.mjs
 
 ## test-sdk-vm: the SDK core subset and the lifecycle files (test/sdk/run.mjs,

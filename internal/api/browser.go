@@ -59,7 +59,8 @@ func (h *Handler) failBrowser(w http.ResponseWriter, r *http.Request, err error)
 		if sb, gerr := h.sandboxes.Get(r.Context(), id); gerr == nil {
 			tmpl = "template " + cmp.Or(sb.Alias, sb.TemplateID)
 		}
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no browser: %s runs no Chromium with DevTools on port %d (the browser template does)", id, tmpl, template.DevToolsPort))
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no browser: %s runs no Chromium with DevTools on port %d (the %s template does, and the %s template once its display is up)",
+			id, tmpl, template.DevToolsPort, template.BrowserName, template.DesktopName))
 	default:
 		h.fail(w, r, id, err)
 	}

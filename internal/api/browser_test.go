@@ -21,7 +21,7 @@ func TestBrowserActions(t *testing.T) {
 		{name: "no body", method: "POST", target: target, status: 400},
 		// The fake's sandboxes listen on no port: no Chromium.
 		{name: "no browser", method: "POST", target: target, body: `{"action":"screenshot"}`,
-			status: 409, wantJSON: `{"code":409,"message":"sandbox isb1 has no browser: template base runs no Chromium with DevTools on port 9222 (the browser template does)"}`},
+			status: 409, wantJSON: `{"code":409,"message":"sandbox isb1 has no browser: template base runs no Chromium with DevTools on port 9222 (the browser template does, and the desktop template once its display is up)"}`},
 		{name: "paused", method: "POST", target: "/sandboxes/isb2/browser/actions", body: `{"action":"screenshot"}`,
 			status: 409, wantJSON: `{"code":409,"message":"sandbox isb2 is paused: connect to resume it first"}`},
 		{name: "unknown sandbox", method: "POST", target: "/sandboxes/nope/browser/actions", body: `{"action":"screenshot"}`,

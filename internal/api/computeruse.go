@@ -68,7 +68,8 @@ func (h *Handler) failDisplay(w http.ResponseWriter, r *http.Request, err error)
 	case errors.Is(err, sandbox.ErrPaused):
 		writePaused(w, id)
 	case errors.As(err, &exec):
-		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no display this can be done on (a desktop sandbox has): %v", id, err))
+		writeError(w, http.StatusConflict, fmt.Sprintf("sandbox %s has no display this can be done on (the %s template has one, with Chromium on it; the %s template's Chromium is headless): %v",
+			id, template.DesktopName, template.BrowserName, err))
 	default:
 		h.fail(w, r, id, err)
 	}

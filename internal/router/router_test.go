@@ -2,6 +2,7 @@ package router
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
 // The manager is what the server wires in.
@@ -517,7 +519,9 @@ func TestTrafficAccessToken(t *testing.T) {
 		d.serve(t, "iprivate", port, ok)
 		d.serve(t, "ipublic", port, ok)
 	}
-	rt, err := New(Config{Dialer: d, Ingress: ingress{"iprivate": {TrafficToken: "secret"}}, Domain: "example.test"})
+	d.serve(t, "iprivate", template.DevToolsPort, fakeChromium())
+	d.serve(t, "isecure", template.DevToolsPort, fakeChromium())
+	rt, err := New(Config{Dialer: d, Ingress: ingress{"iprivate": {TrafficToken: "secret"}, "isecure": {AccessToken: "envd-secret"}}, Domain: "example.test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -527,6 +531,7 @@ func TestTrafficAccessToken(t *testing.T) {
 	tests := []struct {
 		name     string
 		host     string
+		path     string // default "/"
 		token    string
 		wantCode int
 		wantBody string
@@ -538,6 +543,13 @@ func TestTrafficAccessToken(t *testing.T) {
 		{name: "private port with the token", host: "8000-iprivate.example.test", token: "secret", wantCode: 200, wantBody: "ok"},
 		{name: "envd port needs no traffic token", host: "49983-iprivate.example.test", wantCode: 200, wantBody: "ok"},
 		{name: "public sandbox", host: "8000-ipublic.example.test", wantCode: 200, wantBody: "ok"},
+		// Chromium's DevTools port is a port like any other (docs/BROWSER.md).
+		{name: "DevTools port without token", host: "9222-iprivate.example.test", path: "/json/version", wantCode: 403,
+			wantBody: `{"sandboxId":"iprivate","message":"missing traffic access token: send it in the e2b-traffic-access-token header","code":403}`},
+		{name: "DevTools port with the token", host: "9222-iprivate.example.test", path: "/json/version", token: "secret", wantCode: 200,
+			wantBody: `{"Browser":"Chrome/140","webSocketDebuggerUrl":"ws://9222-iprivate.example.test/devtools/browser/b1"}`},
+		{name: "DevTools port of a secure sandbox with public traffic", host: "9222-isecure.example.test", path: "/json/version", wantCode: 200,
+			wantBody: `{"Browser":"Chrome/140","webSocketDebuggerUrl":"ws://9222-isecure.example.test/devtools/browser/b1"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -545,7 +557,7 @@ func TestTrafficAccessToken(t *testing.T) {
 			if tt.token != "" {
 				hdr[TrafficTokenHeader] = tt.token
 			}
-			res := get(t, srv, "GET", tt.host, "/", hdr)
+			res := get(t, srv, "GET", tt.host, cmp.Or(tt.path, "/"), hdr)
 			if body := strings.TrimSpace(readAll(t, res.Body)); res.StatusCode != tt.wantCode || body != tt.wantBody {
 				t.Errorf("got %d %s, want %d %s", res.StatusCode, body, tt.wantCode, tt.wantBody)
 			}

@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net/netip"
 	"net/url"
@@ -122,33 +120,11 @@ func newSandboxNetwork(cfg Config, log *slog.Logger) (*sandboxNetwork, error) {
 }
 
 // egressCASecret returns the secret every sandbox's egress CA is derived
-// from (egress.NewCA), kept in path (0600) and made there on the first
-// start, so that a restarted server has the CA its sandboxes trust.
+// from (egress.NewCA), kept in path so that a restarted server has the CA
+// its sandboxes trust.
 func egressCASecret(path string) ([]byte, error) {
-	secret := make([]byte, egress.MinCASecretLen)
-	rand.Read(secret)
-	// O_EXCL: of two first starts, the one that wrote it first wins.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err == nil {
-		_, err = f.Write(secret)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return nil, fmt.Errorf("writing the egress CA secret %s: %w", path, err)
-		}
-		return secret, nil
-	}
-	if !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("making the egress CA secret %s: %w", path, err)
-	}
-	if secret, err = os.ReadFile(path); err != nil {
-		return nil, fmt.Errorf("reading the egress CA secret: %w", err)
-	}
-	if len(secret) < egress.MinCASecretLen {
-		return nil, fmt.Errorf("the egress CA secret %s is too short: remove it to make a new one (sandboxes running then stop trusting their egress proxy's CA)", path)
-	}
-	return secret, nil
+	return keptSecret(path, "egress CA secret", egress.MinCASecretLen,
+		"sandboxes running then stop trusting their egress proxy's CA")
 }
 
 // allowMirror adds the Debian mirror's host to a build ceiling: apt in the

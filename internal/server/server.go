@@ -6,7 +6,6 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -29,7 +28,6 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
-	"github.com/agent-sandbox/agent-sandbox/internal/liveview"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/router"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
@@ -387,11 +385,7 @@ func (s *Server) routes() (http.Handler, error) {
 		return nil, err
 	}
 	s.browsers = browser.NewSessions(s.manager, template.DevToolsPort, func(err error) bool { return errors.Is(err, isolation.ErrPortClosed) })
-	// Live view links are signed with a key of this process: a restart
-	// ends the links it gave out.
-	key := make([]byte, 32)
-	rand.Read(key)
-	links, err := liveview.NewSigner(key)
+	links, err := liveViewSigner(s.cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}

@@ -38,12 +38,8 @@ func TestBuildBase(t *testing.T) {
 	steps := sandboxtest.StepRunner(t, egress.DefaultCeiling())
 	ctx, cancel := context.WithTimeout(t.Context(), 40*time.Minute)
 	defer cancel()
-	cache := os.Getenv("AGENT_SANDBOX_TEST_CACHE")
-	if cache == "" {
-		cache = "/var/cache/agent-sandbox-test"
-	}
 	b := &template.Builder{
-		DataDir: cache, Steps: steps, StepTimeout: 20 * time.Minute,
+		DataDir: sandboxtest.CacheDir(), Steps: steps, StepTimeout: 20 * time.Minute,
 		Log:      slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Progress: t.Output(),
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/template"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv/inet"
 )
 
@@ -73,11 +74,12 @@ type harness struct {
 }
 
 // newHarness starts a sandbox manager on backend behind the egress
-// gateway, with the test Internet as its upstream.
-func newHarness(t *testing.T, backend string) *harness {
+// gateway, with the test Internet as its upstream; sandboxes may be created
+// from the probe template and from tmpls.
+func newHarness(t *testing.T, backend string, tmpls ...*template.Template) *harness {
 	s := sandboxtest.Start(t, sandboxtest.Config{
 		Backend: backend, Name: "egresstest", Pool: netip.MustParsePrefix("10.248.0.0/24"),
-		Ceiling: &ceiling, DropLogGroup: dropLogGroup, Probe: true,
+		Ceiling: &ceiling, DropLogGroup: dropLogGroup, Probe: true, Templates: tmpls,
 		Internet: &inet.Config{
 			Link: inetLink,
 			Sites: map[string][]netip.Addr{

@@ -71,6 +71,9 @@ type Config struct {
 	// template and only runs build steps.
 	Probe      bool
 	ProbeFiles []File
+	// Templates are further templates sandboxes may be created from,
+	// built ones (the browser template from the test cache, say).
+	Templates []*template.Template
 	// Resources are the default CPUs, memory and disk of sandboxes and of
 	// build step sandboxes; zero fields: the manager's defaults.
 	Resources isolation.Resources
@@ -177,6 +180,7 @@ func Start(t testing.TB, cfg Config) *Stack {
 		s.Probe = s.probeTemplate(t, cfg.ProbeFiles)
 		tmpls = append(tmpls, s.Probe)
 	}
+	tmpls = append(tmpls, cfg.Templates...)
 	mcfg := sandbox.Config{
 		Store: s.Store, Backend: backend, Log: log, Templates: tmpls,
 		Images: &template.Builder{}, EnvdPath: s.EnvdPath,

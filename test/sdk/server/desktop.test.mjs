@@ -3,16 +3,22 @@
 // sandbox with commands.run, every call after that is xdotool, scrot,
 // xrandr or gtk-launch through commands.run, and the stream is x11vnc plus
 // noVNC (websockify) on port 6080, reached through getHost like any port.
+// The template's own Chromium comes up headful on the display once Xvfb
+// is up, with DevTools at getHost(9222): the browser action API drives
+// the browser the screenshots show.
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { randomBytes } from 'node:crypto'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, fetchUntilOk, hostUrl, killCreated, mode, runTag, track, waitFor, websocketRequest } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, fetchUntilOk, hostUrl, killCreated, mode, runTag, serveDir, track, waitFor, websocketRequest } from './helpers.mjs'
+import { colorShare } from './png.mjs'
 
 const PNG_SIGNATURE = '89504e470d0a1a0a'
 const NOVNC_PORT = 6080
+const DEVTOOLS_PORT = 9222
+const RED = [255, 0, 0]
 
 /** Sandbox.create of @e2b/desktop (its default template, `desktop`), tagged for this run. */
 async function create(opts = {}) {
@@ -152,6 +158,37 @@ describe(`@e2b/desktop (${mode} mode)`, { timeout: 240_000 }, () => {
     assert.equal(typed, `${word}\n`)
     const afterShot = Buffer.from(await sbx.screenshot())
     assert.ok(!afterShot.equals(before), 'the screen did not change')
+  })
+
+  test('Chromium on the display: DevTools at getHost(9222), a navigate by the action API shows on the screen', async (t) => {
+    // It starts once the display is up, after Sandbox.create.
+    const res = await fetchUntilOk(hostUrl(sbx, DEVTOOLS_PORT, '/json/version'), { timeoutMs: 60_000, intervalMs: 500 })
+    const v = await res.json()
+    assert.match(v.Browser, /^Chrome\//, `headful Chromium, not HeadlessChrome: ${JSON.stringify(v)}`)
+    const ws = mode === 'tls' ? 'wss' : 'ws'
+    assert.ok(v.webSocketDebuggerUrl.startsWith(`${ws}://${sbx.getHost(DEVTOOLS_PORT)}/devtools/browser/`), v.webSocketDebuggerUrl)
+
+    await sbx.files.write('/home/user/red/index.html', '<!doctype html><html><body style="margin:0;background:rgb(255,0,0)"></body></html>')
+    await serveDir(sbx, '/home/user/red', 8001)
+    const before = colorShare(Buffer.from(await sbx.screenshot()), RED)
+    const nav = await apiFetch(`/sandboxes/${sbx.sandboxId}/browser/actions`, {
+      method: 'POST',
+      body: JSON.stringify({ action: 'navigate', url: 'http://127.0.0.1:8001/', timeoutMs: 30_000 }),
+    })
+    assert.equal(nav.status, 200, await nav.text())
+    // The page is drawn on the display a frame or two after it loaded.
+    let share = before
+    await waitFor(
+      async () => {
+        share = colorShare(Buffer.from(await sbx.screenshot()), RED)
+        return share > 0.3
+      },
+      { timeoutMs: 15_000, intervalMs: 500, what: 'the red page over 30 % of the display' }
+    ).catch((err) => {
+      throw new Error(`${err.message}; the last screenshot was ${(share * 100).toFixed(1)} % red`)
+    })
+    t.diagnostic(`red share of the screen: ${(before * 100).toFixed(1)} % before, ${(share * 100).toFixed(1)} % after the navigate`)
+    assert.ok(before < 0.05, `red before the navigate: ${before}`)
   })
 
   test('stream: x11vnc and noVNC start, the URL is served through getHost and reaches the VNC server', async () => {

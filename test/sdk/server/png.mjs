@@ -67,3 +67,19 @@ export function lumaVariance(png) {
   }
   return { width: img.width, height: img.height, variance: sumSq / n - (sum / n) ** 2 }
 }
+
+/**
+ * The share of png's pixels within tolerance (per channel) of the colour
+ * rgb ([r, g, b]): how much of the screen a window of that colour covers.
+ */
+export function colorShare(png, [r, g, b], tolerance = 8) {
+  const img = decodePng(png)
+  const n = img.width * img.height
+  let hits = 0
+  for (let i = 0; i < n; i++) {
+    const o = i * img.channels
+    const p = img.pixels
+    if (Math.abs(p[o] - r) <= tolerance && Math.abs(p[o + 1] - g) <= tolerance && Math.abs(p[o + 2] - b) <= tolerance) hits++
+  }
+  return hits / n
+}
