@@ -6,8 +6,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
+// GroupName is the API group of every kind here.
+const GroupName = "agent-sandbox.dev"
+
 // GroupVersion is the API group and version of every kind here.
-var GroupVersion = schema.GroupVersion{Group: "agent-sandbox.dev", Version: "v1alpha1"}
+var GroupVersion = schema.GroupVersion{Group: GroupName, Version: "v1alpha1"}
 
 // Resources, as REST paths and RBAC rules name them.
 const (
