@@ -11,10 +11,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubeclient"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
 )
 
@@ -70,8 +70,8 @@ func (c Config) Validate() error {
 // Agent keeps one node's Lease and SandboxNode. Run it once.
 type Agent struct {
 	cfg    Config
-	leases coordinationclient.LeaseInterface
-	nodes  *rest.RESTClient
+	leases *rest.RESTClient // coordination.k8s.io/v1
+	nodes  *rest.RESTClient // agent-sandbox.dev/v1alpha1
 	log    *slog.Logger
 
 	lease     *coordinationv1.Lease // the last one written, for its resourceVersion
@@ -83,9 +83,9 @@ func New(kube *rest.Config, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cc, err := coordinationclient.NewForConfig(kube)
+	leases, err := kubeclient.New(kube, coordinationv1.SchemeGroupVersion, coordinationv1.AddToScheme)
 	if err != nil {
-		return nil, fmt.Errorf("making the lease client: %w", err)
+		return nil, err
 	}
 	nodes, err := v1alpha1.NewClient(kube)
 	if err != nil {
@@ -93,7 +93,7 @@ func New(kube *rest.Config, cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	return &Agent{
 		cfg:    cfg,
-		leases: cc.Leases(cfg.Namespace),
+		leases: leases,
 		nodes:  nodes,
 		log:    log.With("node", cfg.Name),
 	}, nil
@@ -131,19 +131,21 @@ func (a *Agent) round(ctx context.Context) error {
 
 // renew writes the Lease's renewTime, creating the Lease the first time.
 func (a *Agent) renew(ctx context.Context) error {
+	ref := fmt.Sprintf("lease %s/%s", a.cfg.Namespace, a.cfg.Name)
 	now := metav1.NowMicro()
 	if a.lease == nil {
-		l, err := a.leases.Get(ctx, a.cfg.Name, metav1.GetOptions{})
+		l := new(coordinationv1.Lease)
+		err := a.leases.Get().Namespace(a.cfg.Namespace).Resource("leases").Name(a.cfg.Name).Do(ctx).Into(l)
 		switch {
 		case apierrors.IsNotFound(err):
-			l, err = a.leases.Create(ctx, a.newLease(now), metav1.CreateOptions{})
-			if err != nil {
-				return fmt.Errorf("creating lease %s/%s: %w", a.cfg.Namespace, a.cfg.Name, err)
+			created := new(coordinationv1.Lease)
+			if err := a.leases.Post().Namespace(a.cfg.Namespace).Resource("leases").Body(a.newLease(now)).Do(ctx).Into(created); err != nil {
+				return fmt.Errorf("creating %s: %w", ref, err)
 			}
-			a.lease = l
+			a.lease = created
 			return nil
 		case err != nil:
-			return fmt.Errorf("reading lease %s/%s: %w", a.cfg.Namespace, a.cfg.Name, err)
+			return fmt.Errorf("reading %s: %w", ref, err)
 		}
 		a.lease = l
 	}
@@ -151,10 +153,10 @@ func (a *Agent) renew(ctx context.Context) error {
 	l.Spec.HolderIdentity = ptr.To(a.cfg.Name)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(a.cfg.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &now
-	updated, err := a.leases.Update(ctx, l, metav1.UpdateOptions{})
-	if err != nil {
+	updated := new(coordinationv1.Lease)
+	if err := a.leases.Put().Namespace(a.cfg.Namespace).Resource("leases").Name(a.cfg.Name).Body(l).Do(ctx).Into(updated); err != nil {
 		a.lease = nil // read it again next time: a conflict or a deleted lease
-		return fmt.Errorf("renewing lease %s/%s: %w", a.cfg.Namespace, a.cfg.Name, err)
+		return fmt.Errorf("renewing %s: %w", ref, err)
 	}
 	a.lease = updated
 	return nil
@@ -162,6 +164,7 @@ func (a *Agent) renew(ctx context.Context) error {
 
 func (a *Agent) newLease(now metav1.MicroTime) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
+		TypeMeta:   metav1.TypeMeta{APIVersion: coordinationv1.SchemeGroupVersion.String(), Kind: "Lease"},
 		ObjectMeta: metav1.ObjectMeta{Name: a.cfg.Name, Namespace: a.cfg.Namespace},
 		Spec: coordinationv1.LeaseSpec{
 			HolderIdentity:       ptr.To(a.cfg.Name),
