@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -185,10 +186,19 @@ func checkListing(t *testing.T, c *kubetest.Cluster) {
 	if err := api.Post().Namespace(namespace).Resource(v1alpha1.SandboxResource).Body(sb).Do(ctx).Into(created); err != nil {
 		t.Fatalf("creating a sandbox as the api role: %v", err)
 	}
-	started := metav1.Now()
-	created.Status = v1alpha1.SandboxStatus{State: v1alpha1.SandboxRunning, Node: "node-2", StartedAt: &started}
+	started := metav1.NewTime(time.Now().Truncate(time.Second)) // as the API keeps it
+	created.Status = v1alpha1.SandboxStatus{State: v1alpha1.SandboxRunning, Node: "node-2", Reason: "started by test", StartedAt: &started}
 	if err := node.Put().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(sb.Name).SubResource("status").Body(created).Do(ctx).Into(created); err != nil {
 		t.Fatalf("reporting it running as the node role: %v", err)
+	}
+	// Every field of the Go types is in the CRD's schema: the API server
+	// prunes those that are not, so a read-back would lack them.
+	var got v1alpha1.Sandbox
+	if err := api.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(sb.Name).Do(ctx).Into(&got); err != nil {
+		t.Fatalf("reading the sandbox back: %v", err)
+	}
+	if !reflect.DeepEqual(got.Spec, sb.Spec) || !reflect.DeepEqual(got.Status, created.Status) || got.Status.StartedAt == nil {
+		t.Errorf("read back spec %+v status %+v, want %+v %+v", got.Spec, got.Status, sb.Spec, created.Status)
 	}
 	// The schema is enforced: a state outside the enum is refused.
 	created.Status.State = "Sleeping"
