@@ -105,7 +105,9 @@ func New(kube *rest.Config, cfg Config, log *slog.Logger) (*Agent, error) {
 // It returns an error only when the first round fails, so that a
 // misconfigured agent (no RBAC, wrong namespace) stops at start.
 func (a *Agent) Run(ctx context.Context) error {
-	if err := a.round(ctx); err != nil {
+	// The first round has no Lease to keep alive yet, and may meet an API
+	// server slow at its first write of a kind (over a second here).
+	if err := a.round(ctx, a.cfg.LeaseDuration); err != nil {
 		return err
 	}
 	tick := time.NewTicker(a.cfg.RenewInterval)
@@ -115,14 +117,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if err := a.round(ctx); err != nil && ctx.Err() == nil {
+			if err := a.round(ctx, a.cfg.RenewInterval); err != nil && ctx.Err() == nil {
 				a.log.Warn("node heartbeat", "err", err)
 			}
 		}
 	}
 }
 
-func (a *Agent) round(ctx context.Context) error {
+// round renews and publishes within timeout: after the first, one
+// RenewInterval, so that a request hung on a lost connection does not
+// hold back the next renewal.
+func (a *Agent) round(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	if err := a.renew(ctx); err != nil {
 		return err
 	}
