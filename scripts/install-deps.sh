@@ -110,9 +110,9 @@ $test || exit 0
 # and images; its Java side on Debian's Java 17, as in the template. Under
 # CI=true a test that lacks them fails (internal/testenv). Chromium is the
 # browser playwright-core launches to load the live view page (it downloads
-# none of its own).
+# none of its own). etcd is the cluster tests' store (make test-cluster).
 test_pkgs=()
-for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil openjdk-17-jre-headless chromium; do
+for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil openjdk-17-jre-headless chromium etcd-server; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || test_pkgs+=("$p")
 done
 if [ ${#test_pkgs[@]} -gt 0 ]; then

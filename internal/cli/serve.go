@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -117,6 +118,7 @@ Environment:
 		})
 		var templates list
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build in the background once the server is up, besides base (comma-separated: code-interpreter-v1, desktop, browser); the others are built on first use")
+		addClusterFlags(fs, &cfg.Cluster)
 		debug := fs.Bool("debug", false, "log at debug level")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) > 0 {
@@ -201,6 +203,17 @@ func formatLongDuration(d time.Duration) string {
 		return strconv.FormatInt(int64(d/(24*time.Hour)), 10) + "d"
 	}
 	return d.String()
+}
+
+// addClusterFlags defines the flags of cluster mode; their defaults come
+// from the environment a DaemonSet's pod sets (deploy/kubernetes).
+func addClusterFlags(fs *flag.FlagSet, c *server.ClusterConfig) {
+	fs.StringVar(&c.Mode, "cluster", "", "join a cluster as a node: `MODE` kubernetes keeps this host's Lease renewed and publishes it as a SandboxNode (docs/KUBERNETES.md); default: a host on its own")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig `FILE` to reach the API server with in cluster mode; default: the pod's service account")
+	fs.StringVar(&c.Namespace, "cluster-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "agent-sandbox"), "`NAMESPACE` of this node's Lease and SandboxNode in cluster mode")
+	host, _ := os.Hostname()
+	fs.StringVar(&c.NodeName, "node-name", cmp.Or(os.Getenv("NODE_NAME"), host), "`NAME` of this node in cluster mode: its Lease's and SandboxNode's")
+	fs.StringVar(&c.NodeAddress, "node-address", "", "`HOST:PORT` API replicas reach this node's sandboxes at, in cluster mode; default: --listen")
 }
 
 // addBuildFlags defines the flags of template builds, which run each step

@@ -545,6 +545,13 @@ func ingressOf(rec store.Sandbox) Ingress {
 	return in
 }
 
+// Count is how many sandboxes are live, pool members not included.
+func (m *Manager) Count() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.sandboxes)
+}
+
 // live returns every live sandbox.
 func (m *Manager) live() []*sandbox {
 	m.mu.Lock()

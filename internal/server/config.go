@@ -30,6 +30,8 @@ type Config struct {
 	APIKeys []string // keys to accept in addition to the stored ones
 	TLS     bool     // serve HTTPS with a CA kept under DataDir/tls
 	Version string   // of this build, reported to MCP clients at /mcp
+	// Cluster makes the server a node of a cluster (docs/KUBERNETES.md).
+	Cluster ClusterConfig
 	// Backend is the isolation backend of new sandboxes: BackendAuto (the
 	// default), BackendJail, BackendGvisor or BackendVM. Sandboxes keep
 	// the backend that started them, which is recorded with each.
@@ -279,6 +281,9 @@ func (c *Config) Validate() error {
 	}
 	if strings.Contains(c.Domain, "/") || strings.HasPrefix(c.Domain, ".") {
 		return fmt.Errorf("--domain %q: want a host name with an optional :port, e.g. sandbox.example.com", c.Domain)
+	}
+	if err := c.Cluster.validate(c.Listen); err != nil {
+		return err
 	}
 	if c.Backend == "" {
 		c.Backend = BackendAuto

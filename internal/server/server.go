@@ -24,6 +24,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/api"
 	"github.com/agent-sandbox/agent-sandbox/internal/browser"
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
@@ -51,6 +52,8 @@ type Server struct {
 	router    *router.Router
 	browsers  *browser.Sessions
 	net       *sandboxNetwork
+	// nodeAgent keeps this node's Lease in cluster mode; nil outside it.
+	nodeAgent *node.Agent
 	// releaseHost gives back the host lock on sandbox networking.
 	releaseHost func()
 	handler     http.Handler
@@ -165,6 +168,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger, progress io.Writer) 
 	}); err != nil {
 		return nil, fmt.Errorf("setting up template builds: %w", err)
 	}
+	if s.nodeAgent, err = s.newNodeAgent(log.With("component", "cluster")); err != nil {
+		return nil, err
+	}
 	if s.handler, err = s.routes(); err != nil {
 		return nil, err
 	}
@@ -268,6 +274,12 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	s.ready.Store(true)
 	s.printSettings(stdout)
 	s.builtIns.start(s.cfg.Templates...)
+	// In cluster mode the node joins once it can take sandboxes; an agent
+	// that cannot start (no RBAC, no API server) stops the server.
+	agentErr := make(chan error, 1)
+	if s.nodeAgent != nil {
+		go func() { agentErr <- s.nodeAgent.Run(ctx) }()
+	}
 
 	select {
 	case err := <-errc:
@@ -275,6 +287,13 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 		s.builds.Close()
 		s.manager.Close()
 		return fmt.Errorf("serving: %w", err)
+	case err := <-agentErr:
+		if err != nil {
+			hs.Close()
+			s.builtIns.close()
+			s.builds.Close()
+			return errors.Join(fmt.Errorf("cluster: %w", err), s.manager.Close())
+		}
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down; sandboxes keep running and are adopted on the next start")

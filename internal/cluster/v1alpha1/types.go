@@ -1,0 +1,102 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Sandbox is one sandbox of the E2B API. An API replica creates it with its
+// placement (Spec.Node) in one write; the node agent there runs it and
+// reports through the status subresource.
+type Sandbox struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxSpec   `json:"spec"`
+	Status SandboxStatus `json:"status,omitempty"`
+}
+
+// SandboxSpec is what was asked for.
+type SandboxSpec struct {
+	// Template is the template's name or id, as the SDK gave it.
+	Template string `json:"template"`
+	// Timeout is how long the sandbox lives from its start (E2B's timeout).
+	Timeout metav1.Duration `json:"timeout"`
+	// Metadata is the SDK's metadata, listed and filtered on by the API.
+	Metadata map[string]string `json:"metadata,omitempty"`
+	// Node is the SandboxNode placement chose.
+	Node string `json:"node"`
+}
+
+// SandboxState is where a sandbox is in its life.
+type SandboxState string
+
+// The states a node agent reports; Lost is set by the control plane for the
+// sandboxes of a node whose Lease expired.
+const (
+	SandboxPending SandboxState = "Pending"
+	SandboxRunning SandboxState = "Running"
+	SandboxPaused  SandboxState = "Paused"
+	SandboxKilled  SandboxState = "Killed"
+	SandboxLost    SandboxState = "Lost"
+)
+
+// SandboxStatus is what the node holding the sandbox reports.
+type SandboxStatus struct {
+	State SandboxState `json:"state,omitempty"`
+	// Node is the node that reported this status.
+	Node string `json:"node,omitempty"`
+	// Reason says why the sandbox is in State, for Killed and Lost.
+	Reason    string       `json:"reason,omitempty"`
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+}
+
+// SandboxList is a page of Sandboxes.
+type SandboxList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Sandbox `json:"items"`
+}
+
+// SandboxNode is one node agent: where to reach it and what it can hold. Its
+// liveness is not here but in the coordination.k8s.io Lease of the same
+// name and namespace, which the agent renews far more often than this
+// object changes.
+type SandboxNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   SandboxNodeSpec   `json:"spec"`
+	Status SandboxNodeStatus `json:"status,omitempty"`
+}
+
+// SandboxNodeSpec is set by the agent when it starts.
+type SandboxNodeSpec struct {
+	// Address is the host:port API replicas proxy this node's sandbox
+	// traffic to.
+	Address string `json:"address"`
+}
+
+// SandboxNodeStatus is the node's capacity and what it holds, published by
+// the agent when it changes.
+type SandboxNodeStatus struct {
+	Capacity NodeCapacity `json:"capacity"`
+	// Sandboxes is how many sandboxes the node holds now.
+	Sandboxes int32 `json:"sandboxes"`
+	// Templates are the templates built on the node, which placement
+	// prefers (no build, no copy before the first create).
+	Templates []string `json:"templates,omitempty"`
+}
+
+// NodeCapacity is the most a node takes.
+type NodeCapacity struct {
+	Sandboxes int32 `json:"sandboxes"`
+	CPUs      int32 `json:"cpus"`
+	MemoryMiB int64 `json:"memoryMiB"`
+}
+
+// SandboxNodeList is a page of SandboxNodes.
+type SandboxNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []SandboxNode `json:"items"`
+}

@@ -1,0 +1,125 @@
+package server
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime"
+	"slices"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
+)
+
+// ClusterKubernetes in ClusterConfig.Mode makes the server a node agent of
+// a Kubernetes cluster (docs/KUBERNETES.md).
+const ClusterKubernetes = "kubernetes"
+
+// ClusterConfig is cluster mode's part of Config.
+type ClusterConfig struct {
+	// Mode is "" (a host on its own) or ClusterKubernetes.
+	Mode string
+	// Kubeconfig is the file to reach the API server with; "" = the pod's
+	// service account (in-cluster).
+	Kubeconfig string
+	// Namespace holds the node's Lease and SandboxNode.
+	Namespace string
+	// NodeName names this node: its Lease and SandboxNode.
+	NodeName string
+	// NodeAddress is where API replicas reach this node; "" = Listen,
+	// which then needs a host.
+	NodeAddress string
+}
+
+// validate checks the cluster flags against the listen address.
+func (c *ClusterConfig) validate(listen string) error {
+	switch c.Mode {
+	case "":
+		return nil
+	case ClusterKubernetes:
+	default:
+		return fmt.Errorf("--cluster %q: want kubernetes, or none for a host on its own", c.Mode)
+	}
+	if c.Namespace == "" {
+		return fmt.Errorf("--cluster-namespace is empty: name the namespace of the node's Lease (in a pod: $POD_NAMESPACE)")
+	}
+	if c.NodeName == "" {
+		return fmt.Errorf("--node-name is empty: name this node (in a pod: $NODE_NAME, from spec.nodeName)")
+	}
+	if c.NodeAddress == "" {
+		host, _, err := net.SplitHostPort(listen)
+		if err != nil || host == "" || net.ParseIP(host).IsUnspecified() {
+			return fmt.Errorf("--node-address is empty and --listen %q has no host to reach this node at: give one of them a routable address", listen)
+		}
+		c.NodeAddress = listen
+	}
+	if _, _, err := net.SplitHostPort(c.NodeAddress); err != nil {
+		return fmt.Errorf("--node-address %q: want host:port: %w", c.NodeAddress, err)
+	}
+	return nil
+}
+
+// kubeConfig is the API server's client config: from the kubeconfig file,
+// or the pod's service account.
+func (c ClusterConfig) kubeConfig() (*rest.Config, error) {
+	if c.Kubeconfig != "" {
+		kc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("reading --kubeconfig %s: %w", c.Kubeconfig, err)
+		}
+		return kc, nil
+	}
+	kc, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("reaching the API server from the pod (or give --kubeconfig): %w", err)
+	}
+	return kc, nil
+}
+
+// newNodeAgent is the node agent of a server in cluster mode, nil outside
+// it. It publishes the server's sandbox cap, the host's CPUs and memory,
+// the sandboxes live and the templates built.
+func (s *Server) newNodeAgent(log *slog.Logger) (*node.Agent, error) {
+	c := s.cfg.Cluster
+	if c.Mode == "" {
+		return nil, nil
+	}
+	kc, err := c.kubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	mem, err := hostMemoryMB("/proc/meminfo")
+	if err != nil {
+		return nil, err
+	}
+	return node.New(kc, node.Config{
+		Namespace: c.Namespace,
+		Name:      c.NodeName,
+		Address:   c.NodeAddress,
+		Capacity: v1alpha1.NodeCapacity{
+			Sandboxes: int32(s.cfg.MaxSandboxes),
+			CPUs:      int32(runtime.NumCPU()),
+			MemoryMiB: int64(mem),
+		},
+		Usage:         s.nodeUsage,
+		LeaseDuration: node.DefaultLeaseDuration,
+		RenewInterval: node.DefaultRenewInterval,
+	}, log)
+}
+
+// nodeUsage is what the node agent publishes as held.
+func (s *Server) nodeUsage() node.Usage {
+	u := node.Usage{Sandboxes: int32(s.manager.Count())}
+	templates, err := s.templates.List()
+	if err != nil {
+		s.log.Warn("listing templates for the node's status", "err", err)
+	}
+	for _, t := range templates {
+		u.Templates = append(u.Templates, t.Name)
+	}
+	u.Templates = slices.Compact(u.Templates) // List sorts by name
+	return u
+}

@@ -1,0 +1,47 @@
+package server
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestClusterConfigValidate(t *testing.T) {
+	node := func(c ClusterConfig) ClusterConfig {
+		c.Mode = ClusterKubernetes
+		if c.Namespace == "" {
+			c.Namespace = "agent-sandbox"
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name        string
+		cfg         ClusterConfig
+		listen      string
+		wantAddress string
+		wantErr     string // in the error; "" = none
+	}{
+		{name: "a host on its own", listen: ":3000"},
+		{name: "another mode", cfg: ClusterConfig{Mode: "nomad"}, listen: ":3000", wantErr: "--cluster"},
+		{name: "the address from --listen", cfg: node(ClusterConfig{NodeName: "n1"}), listen: "10.1.2.3:3000", wantAddress: "10.1.2.3:3000"},
+		{name: "an explicit address", cfg: node(ClusterConfig{NodeName: "n1", NodeAddress: "n1.internal:3000"}), listen: ":3000", wantAddress: "n1.internal:3000"},
+		{name: "no host to reach", cfg: node(ClusterConfig{NodeName: "n1"}), listen: ":3000", wantErr: "--node-address"},
+		{name: "an unspecified host", cfg: node(ClusterConfig{NodeName: "n1"}), listen: "0.0.0.0:3000", wantErr: "--node-address"},
+		{name: "an address without port", cfg: node(ClusterConfig{NodeName: "n1", NodeAddress: "n1.internal"}), listen: ":3000", wantErr: "--node-address"},
+		{name: "no node name", cfg: node(ClusterConfig{}), listen: "10.1.2.3:3000", wantErr: "--node-name"},
+		{name: "no namespace", cfg: ClusterConfig{Mode: ClusterKubernetes, NodeName: "n1"}, listen: "10.1.2.3:3000", wantErr: "--cluster-namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			err := c.validate(tc.listen)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Fatalf("validate: %v", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Fatalf("validate: %v, want an error naming %s", err, tc.wantErr)
+			}
+			if err == nil && c.NodeAddress != tc.wantAddress {
+				t.Errorf("node address %q, want %q", c.NodeAddress, tc.wantAddress)
+			}
+		})
+	}
+}
