@@ -43,8 +43,13 @@ func TestVMEnds(t *testing.T) {
 	ctx := t.Context()
 
 	// First, so that its timeout passes while the others are made.
-	expiring := srv.create(client.CreateOptions{Timeout: 20 * time.Second})
+	// Its 20 s start after the control, which a busy host's slow boot would
+	// otherwise eat into.
+	expiring := srv.create(client.CreateOptions{Timeout: 10 * time.Minute})
 	run(t, expiring, "true") // the control: it ran before it expired
+	if err := expiring.SetTimeout(ctx, 20*time.Second); err != nil {
+		t.Fatalf("setting sandbox %s's timeout to 20 s: %v", expiring.ID, err)
+	}
 	neighbour := srv.create(client.CreateOptions{Timeout: 10 * time.Minute})
 	want := map[string]end{expiring.ID: {store.StateKilled, store.ReasonTimeout}, neighbour.ID: {store.StateKilled, store.ReasonKilled}}
 	for _, c := range []struct {
@@ -77,7 +82,7 @@ func TestVMEnds(t *testing.T) {
 	srv.checkMetrics(be, neighbour)
 
 	if reason, err := srv.ended(expiring.ID, time.Minute); err != nil || reason != store.ReasonTimeout {
-		t.Errorf("sandbox %s, created with a 20 s timeout: ended %q, %v; want %q", expiring.ID, reason, err, store.ReasonTimeout)
+		t.Errorf("sandbox %s, given a 20 s timeout: ended %q, %v; want %q", expiring.ID, reason, err, store.ReasonTimeout)
 	}
 
 	if err := srv.client().KillSandbox(ctx, neighbour.ID); err != nil {
