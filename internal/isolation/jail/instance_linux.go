@@ -44,6 +44,7 @@ type Instance struct {
 var (
 	_ isolation.Instance    = (*Instance)(nil)
 	_ isolation.GuestLogger = (*Instance)(nil)
+	_ isolation.Halter      = (*Instance)(nil)
 )
 
 // GuestLog implements isolation.GuestLogger: init's log, into which it
@@ -134,10 +135,22 @@ func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
 // Stop implements isolation.Instance.
 func (inst *Instance) Stop(ctx context.Context) error { return inst.StopOnce(ctx, inst.stop) }
 
-func (inst *Instance) stop(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// Halt implements isolation.Halter: cgroup.kill, then init's exit.
+func (inst *Instance) Halt(ctx context.Context) error {
+	inst.MarkStopping()
+	ctx, cancel := context.WithTimeout(ctx, haltTimeout)
 	defer cancel()
-	t0 := time.Now()
+	if err := inst.kill(ctx); err != nil {
+		return fmt.Errorf("halting sandbox %s: %w", inst.id, err)
+	}
+	return nil
+}
+
+// haltTimeout bounds the wait for a killed sandbox's init to exit.
+const haltTimeout = 30 * time.Second
+
+// kill kills every process of the sandbox and waits for init to exit.
+func (inst *Instance) kill(ctx context.Context) error {
 	var errs []error
 	if err := inst.cg.Kill(ctx); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
 		errs = append(errs, err)
@@ -146,6 +159,17 @@ func (inst *Instance) stop(ctx context.Context) error {
 	case <-inst.Done():
 	case <-ctx.Done():
 		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
+	}
+	return errors.Join(errs...)
+}
+
+func (inst *Instance) stop(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, haltTimeout)
+	defer cancel()
+	t0 := time.Now()
+	var errs []error
+	if err := inst.kill(ctx); err != nil {
+		errs = append(errs, err)
 	}
 	tKilled := time.Now()
 	if inst.export != nil {
