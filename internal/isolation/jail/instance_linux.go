@@ -135,12 +135,20 @@ func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
 // Stop implements isolation.Instance.
 func (inst *Instance) Stop(ctx context.Context) error { return inst.StopOnce(ctx, inst.stop) }
 
-// Halt implements isolation.Halter: cgroup.kill, then init's exit.
+// Halt implements isolation.Halter: SIGKILL to every process of the
+// sandbox once, then init's exit. Init is the sandbox's PID namespace's
+// first process, whose exit the kernel holds until every other process
+// of the namespace has exited; the cgroup's emptying is left to Stop.
 func (inst *Instance) Halt(ctx context.Context) error {
 	inst.MarkStopping()
 	ctx, cancel := context.WithTimeout(ctx, haltTimeout)
 	defer cancel()
-	if err := inst.kill(ctx); err != nil {
+	var errs []error
+	if err := inst.cg.Signal(); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	errs = append(errs, inst.waitInit(ctx))
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("halting sandbox %s: %w", inst.id, err)
 	}
 	return nil
@@ -149,18 +157,14 @@ func (inst *Instance) Halt(ctx context.Context) error {
 // haltTimeout bounds the wait for a killed sandbox's init to exit.
 const haltTimeout = 30 * time.Second
 
-// kill kills every process of the sandbox and waits for init to exit.
-func (inst *Instance) kill(ctx context.Context) error {
-	var errs []error
-	if err := inst.cg.Kill(ctx); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
-		errs = append(errs, err)
-	}
+// waitInit waits for init to exit.
+func (inst *Instance) waitInit(ctx context.Context) error {
 	select {
 	case <-inst.Done():
+		return nil
 	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
+		return fmt.Errorf("waiting for init to exit: %w", ctx.Err())
 	}
-	return errors.Join(errs...)
 }
 
 func (inst *Instance) stop(ctx context.Context) error {
@@ -168,9 +172,10 @@ func (inst *Instance) stop(ctx context.Context) error {
 	defer cancel()
 	t0 := time.Now()
 	var errs []error
-	if err := inst.kill(ctx); err != nil {
+	if err := inst.cg.Kill(ctx); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
 		errs = append(errs, err)
 	}
+	errs = append(errs, inst.waitInit(ctx))
 	tKilled := time.Now()
 	if inst.export != nil {
 		// Before the disk is discarded; the network goes meanwhile. Not
