@@ -8,6 +8,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/disk"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 )
 
 // BenchmarkStart times Start (and reports Stop) of a sandbox without
@@ -26,6 +27,42 @@ func BenchmarkStart(b *testing.B) {
 				if bc.mkfs {
 					bk.disks = disk.Maker{}
 				}
+				t0 := time.Now()
+				inst, err := bk.Start(context.Background(), testSpec(b, isolation.Resources{}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := inst.Stop(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				start, stop = start+t1.Sub(t0), stop+time.Since(t1)
+			}
+			b.ReportMetric(float64(start.Microseconds())/1e3/float64(b.N), "start-ms")
+			b.ReportMetric(float64(stop.Microseconds())/1e3/float64(b.N), "stop-ms")
+		})
+	}
+}
+
+// BenchmarkInitBinary times Start and Stop of a sandbox without networking
+// with each binary as its init: the server's, which runs every package
+// initialiser of the server before its init command, and cmd/jailinit.
+func BenchmarkInitBinary(b *testing.B) {
+	dir := b.TempDir()
+	testRootfs(b) // built once, not timed
+	testEnvd(b)
+	for _, name := range []string{"agent-sandbox", "jailinit"} {
+		path, err := jailtest.BuildCommand(dir, name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name, func(b *testing.B) {
+			bk := newTestBackend(b, func(c *Config) {
+				c.Log = slog.New(slog.DiscardHandler)
+				c.InitPath = path
+			})
+			var start, stop time.Duration
+			for b.Loop() {
 				t0 := time.Now()
 				inst, err := bk.Start(context.Background(), testSpec(b, isolation.Resources{}))
 				if err != nil {
