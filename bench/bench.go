@@ -141,6 +141,7 @@ const (
 	figColdCreate  = "create→ready, no pool, serial"
 	figRoundTrip   = "commands.run('true') round trip"
 	figIdleMemory  = "host memory per idle sandbox"
+	figPoolHits    = "serial creates without a gap served by the pool"
 )
 
 // group is one group of figures (Groups) and what measures it.
@@ -197,7 +198,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		const createName = "create→ready, serial (server as configured)"
 		figs, err := measure(append([]group{
 			{"pooled", func() ([]*Figure, error) {
-				return measurePooled(ctx, &opts, c, createName)
+				return measurePooled(ctx, &opts, nil, c, createName)
 			}},
 			{"cold", func() ([]*Figure, error) {
 				figs, err := measureCold(ctx, &opts, c, false)
@@ -222,9 +223,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		}
 		jail := serverSpec{dataDir: opts.DataDir, pool: opts.Pool}
 		if opts.runs("pooled") || opts.runs("neighbours") || opts.runs("disk") || opts.runs("lifecycle") || opts.runs("browser") {
-			figs, err := withServer(ctx, &opts, jail, func(_ *server, c *client.Client) ([]*Figure, error) {
+			figs, err := withServer(ctx, &opts, jail, func(s *server, c *client.Client) ([]*Figure, error) {
 				return measure(append([]group{{"pooled", func() ([]*Figure, error) {
-					return measurePooled(ctx, &opts, c, figPoolCreate)
+					return measurePooled(ctx, &opts, s, c, figPoolCreate)
 				}}}, neighbours(c, figPoolCreate)...)...)
 			})
 			if err != nil {

@@ -328,9 +328,11 @@ func killAll(ctx context.Context, sbs []*client.Sandbox) {
 }
 
 // measurePooled measures, on a server with its warm pool, serial
-// create→ready (named createName) and kill, throughput at c=10 and c=50,
-// the command round trip and transfers.
-func measurePooled(ctx context.Context, opts *Options, c *client.Client, createName string) ([]*Figure, error) {
+// create→ready (named createName) and kill, serial creates without a gap
+// (with how many the pool served, from the log of srv, the run's own
+// server, or nil), throughput at c=10 and c=50, the command round trip
+// and transfers.
+func measurePooled(ctx context.Context, opts *Options, srv *server, c *client.Client, createName string) ([]*Figure, error) {
 	opts.progress("serial creates (%d, %v apart so the pool refills)", opts.Samples, opts.Gap)
 	s, err := warmSerial(ctx, c, opts.Template, opts.Samples, opts.Gap)
 	if err != nil {
@@ -340,7 +342,11 @@ func measurePooled(ctx context.Context, opts *Options, c *client.Client, createN
 	fc.Baseline, fc.target = figFloor, p50p99(5, 20)
 	fk := latencyFigure("kill", &s.kill)
 	fk.Baseline = figFloor
-	figs := []*Figure{fc}
+	burst, err := measureBurst(ctx, opts, srv, c, createName)
+	if err != nil {
+		return nil, err
+	}
+	figs := append([]*Figure{fc}, burst...)
 
 	for _, tc := range []struct {
 		c, total int
@@ -388,6 +394,34 @@ func measurePooled(ctx context.Context, opts *Options, c *client.Client, createN
 		figs = append(figs, fu, fd)
 	}
 	return append(figs, fk), nil
+}
+
+// measureBurst measures opts.Samples serial creates without a gap, as an
+// agent loop makes them, and on the run's own server (srv) how many of
+// them the warm pool served, from its log.
+func measureBurst(ctx context.Context, opts *Options, srv *server, c *client.Client, createName string) ([]*Figure, error) {
+	opts.progress("serial creates without a gap (%d)", opts.Samples)
+	var off int64
+	if srv != nil {
+		off = srv.logSize()
+	}
+	s, err := serialCreates(ctx, c, opts.Template, opts.Samples, 0)
+	if err != nil {
+		return nil, fmt.Errorf("serial creates without a gap: %w", err)
+	}
+	f := latencyFigure(createName+", no gap", &s.ready)
+	f.Baseline = createName
+	if srv == nil {
+		return []*Figure{f, skipped(figPoolHits, "needs a server of its own (run without --server)")}, nil
+	}
+	log, err := srv.logSince(off)
+	if err != nil {
+		return nil, err
+	}
+	hits := len(log.with(logPoolCreate, nil))
+	h := &Figure{Name: figPoolHits, Unit: "creates", Value: float64(hits), N: opts.Samples, target: atLeast(float64(opts.Samples), "creates"),
+		Note: fmt.Sprintf("%d of %d creates without a gap took a pool member (%d booted one)", hits, opts.Samples, len(log.with(logColdCreate, nil)))}
+	return []*Figure{f, h}, nil
 }
 
 // measureCold measures, on a server without a pool (own), serial

@@ -10,6 +10,13 @@ import (
 	"time"
 )
 
+// Messages of every server's log (internal/sandbox, info): a create
+// served by the warm pool, and one that boots its sandbox.
+const (
+	logPoolCreate = "creating sandbox from the warm pool"
+	logColdCreate = "creating sandbox"
+)
+
 // logEntry is one line of a server's log (slog's text format), its
 // attributes by key: "msg" is the message.
 type logEntry map[string]string

@@ -30,8 +30,6 @@ const (
 	logCreateSteps  = "sandbox running: steps" // debug: before_init, init, service, record
 	logSnapshotMade = "made a memory snapshot" // info
 	logSnapshotFail = "making a memory snapshot failed"
-	logPoolCreate   = "creating sandbox from the warm pool"
-	logColdCreate   = "creating sandbox"
 )
 
 // snapshotWait bounds the wait for the first memory snapshot: a cold boot

@@ -302,6 +302,17 @@ func (c *Cgroup) Kill(ctx context.Context) error {
 	return nil
 }
 
+// Signal sends SIGKILL once to every process of the group, as one round of
+// Kill does, without waiting for them to die: for a caller that waits for
+// a process whose end implies theirs (a PID namespace's init). If the
+// group is gone the error wraps ErrNotExist.
+func (c *Cgroup) Signal() error {
+	if _, err := c.killRound(); err != nil {
+		return fmt.Errorf("killing processes of cgroup %s: %w", c.name, err)
+	}
+	return nil
+}
+
 // killRound signals what is left of the group and reports whether it is empty.
 func (c *Cgroup) killRound() (empty bool, err error) {
 	if c.v2 != nil {

@@ -63,6 +63,9 @@ func (c *Cgroup) Frozen() (bool, error) { return false, errors.ErrUnsupported }
 // Kill returns errors.ErrUnsupported.
 func (c *Cgroup) Kill(context.Context) error { return errors.ErrUnsupported }
 
+// Signal returns errors.ErrUnsupported.
+func (c *Cgroup) Signal() error { return errors.ErrUnsupported }
+
 // Delete returns errors.ErrUnsupported.
 func (c *Cgroup) Delete(context.Context) error { return errors.ErrUnsupported }
 

@@ -37,12 +37,18 @@ func (e *Ending) Exit() Exit {
 // recorded as "stopped": it was asked for.
 func (e *Ending) StopOnce(ctx context.Context, stop func(context.Context) error) error {
 	e.stopOnce.Do(func() {
-		e.mu.Lock()
-		e.stopping = true
-		e.mu.Unlock()
+		e.MarkStopping()
 		e.stopErr = stop(context.WithoutCancel(ctx))
 	})
 	return e.stopErr
+}
+
+// MarkStopping records the sandbox's end as "stopped" from now on, for a
+// backend that ends its processes before Stop (Halter).
+func (e *Ending) MarkStopping() {
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
 }
 
 // End records why the sandbox ended, unless it was being stopped, and

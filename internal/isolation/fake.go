@@ -195,6 +195,7 @@ type FakeInstance struct {
 var (
 	_ Instance    = (*FakeInstance)(nil)
 	_ GuestLogger = (*FakeInstance)(nil)
+	_ Halter      = (*FakeInstance)(nil)
 )
 
 // GuestLog implements GuestLogger: <dir>/<id>.log of Fake.KeepGuestLogs,
@@ -387,16 +388,30 @@ func (i *FakeInstance) Exit() Exit {
 	return i.exit
 }
 
+// Halt implements Halter: the sandbox ends as Stop ends it, but Stopped
+// stays false until Stop.
+func (i *FakeInstance) Halt(context.Context) error {
+	i.f.mu.Lock()
+	defer i.f.mu.Unlock()
+	i.endLocked()
+	return nil
+}
+
 // Stop implements Instance.
 func (i *FakeInstance) Stop(context.Context) error {
 	i.f.mu.Lock()
 	defer i.f.mu.Unlock()
 	i.stopped = true
+	i.endLocked()
+	return nil
+}
+
+// endLocked ends the sandbox as stopped, unless it has ended already.
+func (i *FakeInstance) endLocked() {
 	if !i.ended() {
 		i.exit = Exit{Reason: "stopped"}
 		i.closeLocked()
 	}
-	return nil
 }
 
 // pipeListener is a net.Listener whose connections are net.Pipes.

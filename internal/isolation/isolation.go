@@ -324,6 +324,15 @@ type GuestLogger interface {
 	GuestLog() string
 }
 
+// Halter is an Instance that can end every process of its sandbox apart
+// from the rest of Stop: a kill is answered once nothing in the sandbox
+// runs, and Stop (network, cgroup, disk) follows in the background.
+type Halter interface {
+	// Halt kills every process of the sandbox and waits until they have
+	// exited; Done is closed when it returns nil. Stop is still due.
+	Halt(ctx context.Context) error
+}
+
 // Stats is one resource sample.
 type Stats struct {
 	Time        time.Time

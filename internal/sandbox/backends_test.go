@@ -63,9 +63,10 @@ func TestAdoptWithEachSandboxsBackend(t *testing.T) {
 	if r := e.record(t, fresh.ID); r.Backend != "second" || second.Instance(fresh.ID) == nil {
 		t.Errorf("new sandbox on %q, want second", r.Backend)
 	}
-	if err := e.m.Kill(context.Background(), old.ID); err != nil || !first.Instance(old.ID).Stopped() {
+	if err := e.m.Kill(context.Background(), old.ID); err != nil {
 		t.Errorf("killing the adopted sandbox: %v", err)
 	}
+	waitFor(t, 5*time.Second, "the adopted sandbox stopped after kill", first.Instance(old.ID).Stopped)
 
 	if _, err := New(Config{Store: e.store, Templates: testTemplates, Backend: first, OtherBackends: []isolation.Backend{first}}); err == nil {
 		t.Error("New accepted two backends with one name")

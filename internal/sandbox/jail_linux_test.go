@@ -15,6 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/agent-sandbox/agent-sandbox/gen/process"
 	"github.com/agent-sandbox/agent-sandbox/gen/process/processconnect"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation/jail/jailtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
@@ -89,20 +90,95 @@ func TestJail(t *testing.T) {
 		t.Errorf("sleep pid %d gone after adoption; processes %v", pid, pids)
 	}
 
+	inst := live(t, m, sb.ID)
 	if err := m.Kill(ctx, sb.ID); err != nil {
 		t.Fatalf("Kill: %v", err)
+	}
+	// Kill returns once nothing in the sandbox runs; the rest of its
+	// teardown follows in the background.
+	select {
+	case <-inst.Done():
+	default:
+		t.Error("the sandbox's init runs after Kill returned")
 	}
 	if _, err := m.Dial(ctx, sb.ID, EnvdPort); err == nil {
 		t.Error("Dial succeeded after kill")
 	}
-	if ids, _ := backend.Leftovers(nil); slices.Contains(ids, sb.ID) {
-		t.Errorf("leftovers after kill: %v", ids)
+	if r, _ := st.GetSandbox(ctx, sb.ID); r.State != store.StateKilled {
+		t.Errorf("state after kill %s", r.State)
 	}
+	waitFor(t, 10*time.Second, "the sandbox torn down after kill", func() bool {
+		ids, _ := backend.Leftovers(nil)
+		return !slices.Contains(ids, sb.ID)
+	})
 	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(sb.ID)) {
 		t.Error("mounts of the sandbox left after kill")
 	}
-	if r, _ := st.GetSandbox(ctx, sb.ID); r.State != store.StateKilled {
-		t.Errorf("state after kill %s", r.State)
+}
+
+// live returns the instance of live sandbox id.
+func live(t *testing.T, m *Manager, id string) isolation.Instance {
+	t.Helper()
+	sb, err := m.lookup(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb.instance()
+}
+
+// TestJailKilledLeftover: a server that crashed after a kill recorded and
+// halted the sandbox, before its teardown in the background, leaves the
+// sandbox's network, cgroup and disk, which the next start cleans up.
+func TestJailKilledLeftover(t *testing.T) {
+	ctx := context.Background()
+	cfg, backend, st := jailConfig(t, nil)
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sb, err := m.Create(ctx, CreateRequest{Template: "tiny", Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	t.Cleanup(func() { _ = backend.Cleanup(context.Background(), sb.ID, nil) })
+	// What Kill does before it returns, and then the crash.
+	if err := st.SetState(ctx, sb.ID, store.StateKilled, store.ReasonKilled); err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.lookup(sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.state = store.StateKilled // so that its watch leaves its death alone
+	s.mu.Unlock()
+	if err := s.instance().(isolation.Halter).Halt(ctx); err != nil {
+		t.Fatalf("Halt: %v", err)
+	}
+	crash(m)
+	if ids, _ := backend.Leftovers(nil); !slices.Contains(ids, sb.ID) {
+		t.Fatalf("leftovers after the crash: %v, want %s among them", ids, sb.ID)
+	}
+
+	m, err = New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if ids, _ := backend.Leftovers(nil); slices.Contains(ids, sb.ID) {
+		t.Errorf("leftovers after the restart: %v", ids)
+	}
+	if mi, _ := os.ReadFile("/proc/self/mountinfo"); bytes.Contains(mi, []byte(sb.ID)) {
+		t.Error("mounts of the sandbox left after the restart")
+	}
+	if r, _ := st.GetSandbox(ctx, sb.ID); r.State != store.StateKilled || r.Reason != store.ReasonKilled {
+		t.Errorf("record after the restart: %s (%q), want killed as the kill recorded it", r.State, r.Reason)
 	}
 }
 

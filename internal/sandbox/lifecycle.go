@@ -50,8 +50,14 @@ func (m *Manager) terminate(ctx context.Context, sb *sandbox, state store.State,
 }
 
 // drop forgets sb, closes its connections and stops its instance; the
-// snapshots it ran from may go then.
+// snapshots it ran from may go then. An instance that can halt
+// (isolation.Halter) and has no volumes is only halted before drop
+// returns, so that a kill is answered once nothing in the sandbox runs:
+// the rest of its stop (network, cgroup, disk) runs in the background.
+// The record says killed already, so what a crash leaves of it is a
+// leftover that the next reconcile cleans up.
 func (m *Manager) drop(ctx context.Context, sb *sandbox, state store.State, reason string) {
+	ctx = context.WithoutCancel(ctx)
 	sb.mu.Lock()
 	sb.state = store.StateKilled // gone, whatever the record says
 	conns := sb.takeConnsLocked()
@@ -60,18 +66,35 @@ func (m *Manager) drop(ctx context.Context, sb *sandbox, state store.State, reas
 	closeConns(conns)
 	m.forget(sb)
 	m.detachNetwork(sb.id)
-	m.collectGuestLog(sb)
-	if err := inst.Stop(context.WithoutCancel(ctx)); err != nil {
-		// The record says killed; whatever is left is found as a
-		// leftover by the next reconcile, which detaches its volumes
-		// then.
-		sb.log.Error("stopping sandbox", "reason", reason, "err", err)
-	} else {
-		m.detachVolumes(ctx, sb.id, sb.backend, sb.volumes, sb.log)
+	// A sandbox's volumes are detached once it has stopped, before the
+	// kill returns: a create may mount them next.
+	halted := false
+	if h, ok := inst.(isolation.Halter); ok && len(sb.volumes) == 0 {
+		if err := h.Halt(ctx); err != nil {
+			sb.log.Warn("halting sandbox, stopping it instead", "err", err)
+		} else {
+			halted = true
+		}
 	}
+	m.collectGuestLog(sb)
 	sb.log.Info("sandbox ended", "state", state, "reason", reason)
-	m.collectSnapshotsLater()
-	m.goroutine(m.purgeLogs)
+	stop := func() {
+		if err := inst.Stop(ctx); err != nil {
+			// The record says killed; whatever is left is found as a
+			// leftover by the next reconcile, which detaches its
+			// volumes then.
+			sb.log.Error("stopping sandbox", "reason", reason, "err", err)
+		} else {
+			m.detachVolumes(ctx, sb.id, sb.backend, sb.volumes, sb.log)
+		}
+		m.collectSnapshotsLater()
+		m.goroutine(m.purgeLogs)
+	}
+	if halted {
+		m.background(stop)
+	} else {
+		stop()
+	}
 }
 
 // SetTimeout sets endAt = now + d (it may shorten).

@@ -409,18 +409,27 @@ func (m *Manager) Close() error {
 }
 
 // goroutine runs f in a goroutine that Close waits for, unless the manager
-// is closed already.
-func (m *Manager) goroutine(f func()) {
+// is closed already; it reports whether it did.
+func (m *Manager) goroutine(f func()) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return
+		return false
 	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		f()
 	}()
+	return true
+}
+
+// background runs f in a goroutine that Close waits for, or at once once
+// the manager is closed: work that must be done, off the caller's path.
+func (m *Manager) background(f func()) {
+	if !m.goroutine(f) {
+		f()
+	}
 }
 
 // Get returns a running or paused sandbox (ErrNotFound otherwise).

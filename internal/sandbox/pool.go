@@ -55,7 +55,10 @@ const DefaultPoolIdle = time.Minute
 const (
 	poolTick  = time.Second      // the loop's period when nothing kicks it
 	poolRetry = 10 * time.Second // pause after a failed fill
-	poolFills = 1                // fills in flight per pool: refills leave the CPU to creates
+	// Fills in flight per pool. A fill mostly waits (init, envd), so a few
+	// side by side refill several times faster than one at a time, which
+	// takes without a pause outpace; more would take the CPU from creates.
+	poolFills = 4
 )
 
 // Reasons recorded for members that are never handed out.
@@ -208,8 +211,8 @@ func (m *Manager) kick() {
 }
 
 // takeWarm returns a member of tmpl's pool for a create whose egress is ec,
-// or nil when the pool is empty or cannot serve it; a miss grows the pool
-// toward its Max. The member keeps its slot, which the caller releases
+// or nil when the pool is empty or cannot serve it; a take that outpaces
+// the refills grows the pool toward its Max. The member keeps its slot, which the caller releases
 // once the sandbox is live.
 func (m *Manager) takeWarm(tmpl *template.Template, ec egressConfig) *warm {
 	// Members were attached with the template's default bandwidth, which
@@ -235,7 +238,9 @@ func (m *Manager) takeWarm(tmpl *template.Template, ec egressConfig) *warm {
 		w = c
 	}
 	p.lastUse = m.cfg.Now()
-	if w == nil && p.target < p.size.Max {
+	// Takes outpace refills when one finds the pool empty or a refill
+	// still under way: the pool grows ahead of the next.
+	if (w == nil || p.filling > 0) && p.target < p.size.Max {
 		p.target++
 	}
 	m.mu.Unlock()

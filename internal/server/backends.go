@@ -137,6 +137,7 @@ func backendConfig(cfg Config, log *slog.Logger, host *network.Host) jail.Config
 	return jail.Config{
 		StateDir:   sandboxesDir(cfg),
 		Log:        log,
+		InitPath:   cfg.JailInit,
 		Network:    host,
 		Userns:     jail.UsernsMode(cfg.Userns),
 		NoNewPrivs: cfg.NoNewPrivs,

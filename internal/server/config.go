@@ -45,6 +45,9 @@ type Config struct {
 	// VMInit is the guest init of vm sandboxes; "" = "vminit" next to
 	// envd.
 	VMInit string
+	// JailInit is the init of jail sandboxes (cmd/jailinit); "" =
+	// "jailinit" next to envd.
+	JailInit string
 	// GvisorInit is the helper of gvisor sandboxes (cmd/gvinit: their
 	// init and launcher); "" = "gvinit" next to envd.
 	GvisorInit string
@@ -376,6 +379,12 @@ func (c *Config) Validate() error {
 	}
 	if _, err := os.Stat(c.CodeInterpPath); err != nil {
 		return fmt.Errorf("code interpreter binary: %w (build it with `make build`)", err)
+	}
+	if c.JailInit == "" {
+		c.JailInit = filepath.Join(filepath.Dir(c.EnvdPath), "jailinit")
+	}
+	if _, err := os.Stat(c.JailInit); err != nil {
+		return fmt.Errorf("jail init binary: %w (build it with `make build`)", err)
 	}
 	if c.VMInit == "" {
 		c.VMInit = filepath.Join(filepath.Dir(c.EnvdPath), "vminit")

@@ -16,7 +16,7 @@ import (
 func TestConfigValidate(t *testing.T) {
 	bin := t.TempDir()
 	envd := filepath.Join(bin, "envd")
-	for _, name := range []string{"envd", "codeinterp"} {
+	for _, name := range []string{"envd", "codeinterp", "jailinit"} {
 		if err := os.WriteFile(filepath.Join(bin, name), nil, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -37,6 +37,7 @@ func TestConfigValidate(t *testing.T) {
 		{name: "relative data dir", cfg: Config{Listen: "127.0.0.1:3000", DataDir: "data"}, wantErr: true},
 		{name: "missing envd", cfg: Config{Listen: "127.0.0.1:3000", EnvdPath: "/nonexistent/envd"}, wantErr: true},
 		{name: "missing code interpreter", cfg: Config{Listen: "127.0.0.1:3000", CodeInterpPath: "/nonexistent/codeinterp"}, wantErr: true},
+		{name: "missing jail init", cfg: Config{Listen: "127.0.0.1:3000", JailInit: "/nonexistent/jailinit"}, wantErr: true},
 		{name: "built-in templates", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"code-interpreter-v1"}}, wantDomain: "localhost:3000"},
 		{name: "unknown template", cfg: Config{Listen: "127.0.0.1:3000", Templates: []string{"nope"}}, wantErr: true},
 		{name: "cpu default above its maximum", cfg: Config{Listen: "127.0.0.1:3000", CPUCount: 4, MaxCPUCount: 2}, wantErr: true},
@@ -111,7 +112,7 @@ func TestHostMemoryMB(t *testing.T) {
 // host's memory, and every new bound has its documented default.
 func TestDefaultsValidate(t *testing.T) {
 	bin := t.TempDir()
-	for _, name := range []string{"envd", "codeinterp"} {
+	for _, name := range []string{"envd", "codeinterp", "jailinit"} {
 		if err := os.WriteFile(filepath.Join(bin, name), nil, 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -15,11 +15,12 @@
 //     lease and a routed veth (eth0 inside, VethName(id) on the host) under
 //     the firewall's default-deny egress; then the cgroup
 //     <CgroupParent>/<id> with the cpu, memory (no swap) and pids limits;
-//  3. re-executes InitPath with InitArgs (the hidden "init" command) from a
-//     thread inside that network namespace, with CLONE_NEWNS|NEWPID|NEWUTS|
-//     NEWIPC (and, on cgroup v2, NEWCGROUP plus CLONE_INTO_CGROUP, so the
-//     child never runs outside its group). On v1 the child waits for its
-//     configuration, which is written to it only after cgroup.Add;
+//  3. executes InitPath with InitArgs (cmd/jailinit, or this binary's
+//     hidden "init" command) from a thread inside that network namespace,
+//     with CLONE_NEWNS|NEWPID|NEWUTS|NEWIPC (and, on cgroup v2, NEWCGROUP
+//     plus CLONE_INTO_CGROUP, so the child never runs outside its group).
+//     On v1 the child waits for its configuration, which is written to it
+//     only after cgroup.Add;
 //  4. waits for init's status message, which init sends once envd is
 //     started; the manager then waits for envd itself (isolation.WaitEnvd).
 //

@@ -44,6 +44,7 @@ type Instance struct {
 var (
 	_ isolation.Instance    = (*Instance)(nil)
 	_ isolation.GuestLogger = (*Instance)(nil)
+	_ isolation.Halter      = (*Instance)(nil)
 )
 
 // GuestLog implements isolation.GuestLogger: init's log, into which it
@@ -134,19 +135,47 @@ func (inst *Instance) Stats(ctx context.Context) (isolation.Stats, error) {
 // Stop implements isolation.Instance.
 func (inst *Instance) Stop(ctx context.Context) error { return inst.StopOnce(ctx, inst.stop) }
 
+// Halt implements isolation.Halter: SIGKILL to every process of the
+// sandbox once, then init's exit. Init is the sandbox's PID namespace's
+// first process, whose exit the kernel holds until every other process
+// of the namespace has exited; the cgroup's emptying is left to Stop.
+func (inst *Instance) Halt(ctx context.Context) error {
+	inst.MarkStopping()
+	ctx, cancel := context.WithTimeout(ctx, haltTimeout)
+	defer cancel()
+	var errs []error
+	if err := inst.cg.Signal(); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	errs = append(errs, inst.waitInit(ctx))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("halting sandbox %s: %w", inst.id, err)
+	}
+	return nil
+}
+
+// haltTimeout bounds the wait for a killed sandbox's init to exit.
+const haltTimeout = 30 * time.Second
+
+// waitInit waits for init to exit.
+func (inst *Instance) waitInit(ctx context.Context) error {
+	select {
+	case <-inst.Done():
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for init to exit: %w", ctx.Err())
+	}
+}
+
 func (inst *Instance) stop(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, haltTimeout)
 	defer cancel()
 	t0 := time.Now()
 	var errs []error
 	if err := inst.cg.Kill(ctx); err != nil && !errors.Is(err, cgroup.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	select {
-	case <-inst.Done():
-	case <-ctx.Done():
-		errs = append(errs, fmt.Errorf("waiting for init to exit: %w", ctx.Err()))
-	}
+	errs = append(errs, inst.waitInit(ctx))
 	tKilled := time.Now()
 	if inst.export != nil {
 		// Before the disk is discarded; the network goes meanwhile. Not
