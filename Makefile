@@ -37,7 +37,7 @@ serve: deps build
 ## test: everything — Go unit and root tests, the official-SDK suite, the
 ## crash-recovery tests, then a smoke run of the benchmark. CI runs it with
 ## CI=true (.ci/run): a test that lacks what it needs then fails, never skips.
-test: deps-test build test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery bench-smoke
+test: deps-test build test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery test-cluster bench-smoke
 
 ## test-go: the Go tests; then the security suite on its own, verbose, so that
 ## its table of attacks and their containment is printed (without -race: the
@@ -117,7 +117,8 @@ kube-tools:
 ## loopback (internal/cluster/kubetest): the kustomize base of
 ## deploy/kubernetes applied server-side, its RBAC role by role, kubectl
 ## listing a Sandbox, the node agent's Lease renewed and expiring. About 25 s
-## once kube-tools has built; not part of test.
+## once kube-tools has built (its first build, on a fresh machine, is some 8 to
+## 10 minutes on 2 cores; then cached).
 test-cluster: deps-test kube-tools
 	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v ./test/cluster/
 
