@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -36,6 +37,9 @@ type Sandboxes interface {
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
 	Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error)
 	OpenTerminal(ctx context.Context, id string, cols, rows uint32) (*sandbox.Terminal, error)
+	ListDir(ctx context.Context, id, path string) (sandbox.Directory, error)
+	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, id, path string, r io.Reader) error
 }
 
 // Keys verifies API keys; *store.Store implements it.

@@ -80,6 +80,13 @@ func (h *Handler) dashboardRoutes() {
 	handle("POST /dashboard/api/sandboxes/{id}/timeout", h.session(h.setTimeout))
 	handle("GET /dashboard/api/sandboxes/{id}/metrics", h.session(h.metrics))
 	handle("GET /dashboard/api/sandboxes/{id}/terminal", h.session(h.terminal))
+	handle("GET /dashboard/api/sandboxes/{id}/files", h.session(h.listFiles))
+	handle("GET /dashboard/api/sandboxes/{id}/files/content", h.session(h.downloadFile))
+	handle("POST /dashboard/api/sandboxes/{id}/files/content", h.session(h.uploadFile))
+	handle("GET /dashboard/api/sandboxes/{id}/network/audit", h.session(h.egressAudit))
+	if h.liveView != nil {
+		handle("POST /dashboard/api/sandboxes/{id}/live-view", h.session(h.createLiveView))
+	}
 }
 
 // pageHeaders are a dashboard page's: never cached, never framed, scripts

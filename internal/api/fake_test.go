@@ -1,15 +1,20 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/gen/filesystem"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
@@ -61,6 +66,8 @@ type fakeSandboxes struct {
 	// templateUsers, when set, is what DeleteTemplate finds running over
 	// a template (it then refuses, as the manager does).
 	templateUsers string
+	// files is every sandbox's files by absolute path, under /home/user.
+	files map[string][]byte
 }
 
 func newFake(sbs ...store.Sandbox) *fakeSandboxes {
@@ -393,4 +400,56 @@ func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, ref string) error {
 // OpenTerminal implements Sandboxes; the fake has no shells.
 func (f *fakeSandboxes) OpenTerminal(ctx context.Context, id string, cols, rows uint32) (*sandbox.Terminal, error) {
 	return nil, errors.ErrUnsupported
+}
+
+// ListDir implements Sandboxes over files: "~" is /home/user.
+func (f *fakeSandboxes) ListDir(ctx context.Context, id, p string) (sandbox.Directory, error) {
+	if err := f.reachable(id); err != nil {
+		return sandbox.Directory{}, err
+	}
+	dir := path.Clean(strings.Replace(p, "~", "/home/user", 1))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := sandbox.Directory{Path: dir}
+	for name, content := range f.files {
+		if path.Dir(name) == dir {
+			out.Entries = append(out.Entries, &filesystem.EntryInfo{Name: path.Base(name), Path: name, Type: filesystem.FileType_FILE_TYPE_FILE, Size: int64(len(content))})
+		}
+	}
+	if dir != "/home/user" && len(out.Entries) == 0 {
+		return sandbox.Directory{}, fmt.Errorf("%w: %s", sandbox.ErrNoFile, p)
+	}
+	return out, nil
+}
+
+// ReadFile implements Sandboxes over files.
+func (f *fakeSandboxes) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, error) {
+	if err := f.reachable(id); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	content, ok := f.files[p]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", sandbox.ErrNoFile, p)
+	}
+	return io.NopCloser(bytes.NewReader(content)), nil
+}
+
+// WriteFile implements Sandboxes over files.
+func (f *fakeSandboxes) WriteFile(ctx context.Context, id, p string, r io.Reader) error {
+	if err := f.reachable(id); err != nil {
+		return err
+	}
+	content, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.files == nil {
+		f.files = map[string][]byte{}
+	}
+	f.files[p] = content
+	return nil
 }
