@@ -36,7 +36,7 @@ func dashboardRequest(method, target, body, key string) *http.Request {
 // pages call answer 401. An API key in the X-API-Key header is no session.
 func TestDashboardNeedsSession(t *testing.T) {
 	h := newHandler(t, newFake(store.Sandbox{ID: "isb1", State: store.StateRunning}))
-	pages := []string{"/dashboard/", "/dashboard/inspect/sandbox/isb1", "/dashboard/static/app.js", "/dashboard/static/vendor/xterm.js"}
+	pages := []string{"/dashboard/", "/dashboard/inspect/sandbox/isb1", "/dashboard/host", "/dashboard/keys", "/dashboard/static/app.js", "/dashboard/static/vendor/xterm.js"}
 	calls := []struct{ method, target string }{
 		{"GET", "/dashboard/api/v2/sandboxes"},
 		{"GET", "/dashboard/api/sandboxes/isb1"},
@@ -50,6 +50,10 @@ func TestDashboardNeedsSession(t *testing.T) {
 		{"GET", "/dashboard/api/sandboxes/isb1/files/content?path=a.txt"},
 		{"POST", "/dashboard/api/sandboxes/isb1/files/content?path=a.txt"},
 		{"GET", "/dashboard/api/sandboxes/isb1/network/audit"},
+		{"GET", "/dashboard/api/host"},
+		{"GET", "/dashboard/api/keys"},
+		{"POST", "/dashboard/api/keys"},
+		{"DELETE", "/dashboard/api/keys/k1"},
 	}
 	for _, session := range []struct{ name, key string }{{"no cookie", ""}, {"wrong key", "e2b_not_a_key"}} {
 		t.Run(session.name, func(t *testing.T) {

@@ -26,7 +26,10 @@ import (
 var _ Sandboxes = (*sandbox.Manager)(nil)
 
 // The store is what the server wires in.
-var _ Keys = (*store.Store)(nil)
+var (
+	_ Keys    = (*store.Store)(nil)
+	_ APIKeys = (*store.Store)(nil)
+)
 
 // fakeSandboxes is a hand-written Sandboxes keeping sandboxes in a map.
 type fakeSandboxes struct {
@@ -452,4 +455,20 @@ func (f *fakeSandboxes) WriteFile(ctx context.Context, id, p string, r io.Reader
 	}
 	f.files[p] = content
 	return nil
+}
+
+// Host implements Sandboxes: the fake's sandboxes by state, on a host of
+// 4 CPUs with a cap of 10, each sandbox running on 2.
+func (f *fakeSandboxes) Host() (sandbox.HostStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := sandbox.HostStatus{States: map[store.State]int{}, MaxSandboxes: 10, HostCPUs: 4, DefaultBackend: "fake", Backends: []string{"fake"}, SandboxesByBackend: map[string]int{}}
+	for _, sb := range f.sbs {
+		h.States[sb.State]++
+		h.SandboxesByBackend["fake"]++
+		if sb.State == store.StateRunning {
+			h.CPUs += 2
+		}
+	}
+	return h, nil
 }
