@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -132,5 +133,38 @@ func TestDashboardHost(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("host (-want +got):\n%s", diff)
+	}
+}
+
+// The templates page lists every build, a failed one with its reason, and
+// reads a build's log from the build status route, under the session.
+func TestDashboardTemplateBuilds(t *testing.T) {
+	h := newTemplateAPI(t, &fakeBuilder{fail: errors.New("no space left on device")})
+	var req templateView
+	call(t, h, "POST", "/v3/templates", `{"name":"broken"}`, nil, &req)
+	body := `{"fromTemplate":"base","steps":[{"type":"RUN","args":["true"]}]}`
+	if code := call(t, h, "POST", "/v2/templates/broken/builds/"+req.BuildID, body, nil, nil); code != 202 {
+		t.Fatalf("trigger: %d", code)
+	}
+	waitBuild(t, h, "broken", req.BuildID)
+
+	if w := dashboardCall(t, h, "GET", "/dashboard/api/template-builds", "", ""); w.Code != http.StatusUnauthorized {
+		t.Errorf("without a session: %d, want 401", w.Code)
+	}
+	w := dashboardCall(t, h, "GET", "/dashboard/api/template-builds", "", testKey)
+	var builds []templateBuildView
+	if err := json.Unmarshal(w.Body.Bytes(), &builds); w.Code != http.StatusOK || err != nil {
+		t.Fatalf("builds: %d %s (%v)", w.Code, w.Body, err)
+	}
+	if len(builds) != 1 || builds[0].BuildID != req.BuildID || builds[0].Status != "error" || !strings.Contains(builds[0].Reason, "no space left") || builds[0].FinishedAt == nil {
+		t.Errorf("builds %+v", builds)
+	}
+	w = dashboardCall(t, h, "GET", "/dashboard/api/templates/broken/builds/"+req.BuildID+"/status?logsOffset=1", "", testKey)
+	var st buildStatusView
+	if err := json.Unmarshal(w.Body.Bytes(), &st); w.Code != http.StatusOK || err != nil || len(st.LogEntries) == 0 || st.LogEntries[0].Message != "output of step 1" {
+		t.Errorf("log from offset 1: %d %s (%v)", w.Code, w.Body, err)
+	}
+	if w := dashboardCall(t, h, "GET", "/dashboard/api/templates/broken/builds/"+req.BuildID+"/status?logsOffset=x", "", testKey); w.Code != http.StatusBadRequest || !strings.Contains(w.Body.String(), "logsOffset") {
+		t.Errorf("bad logsOffset: %d %s", w.Code, w.Body)
 	}
 }
