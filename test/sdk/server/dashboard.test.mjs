@@ -77,7 +77,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
   test('without a session every page redirects to the sign-in form and every API call is a 401', async () => {
     const id = sbx.sandboxId
-    for (const path of ['/dashboard/', `/dashboard/inspect/sandbox/${id}`, '/dashboard/static/sandbox.js', '/dashboard/static/vendor/xterm.js']) {
+    for (const path of ['/dashboard/', `/dashboard/inspect/sandbox/${id}`, '/dashboard/templates', '/dashboard/keys', '/dashboard/host', '/dashboard/static/sandbox.js', '/dashboard/static/vendor/xterm.js']) {
       const res = await dashFetch(path)
       assert.equal(res.status, 303, path)
       assert.equal(res.headers.get('location'), '/dashboard/sign-in', path)
@@ -96,6 +96,13 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       ['POST', `/dashboard/api/sandboxes/${id}/files/content?path=x.txt`],
       ['GET', `/dashboard/api/sandboxes/${id}/network/audit`],
       ['POST', `/dashboard/api/sandboxes/${id}/live-view`],
+      ['GET', '/dashboard/api/host'],
+      ['GET', '/dashboard/api/keys'],
+      ['POST', '/dashboard/api/keys'],
+      ['DELETE', '/dashboard/api/keys/some-key-id'],
+      ['GET', '/dashboard/api/templates'],
+      ['GET', '/dashboard/api/template-builds'],
+      ['GET', '/dashboard/api/templates/base/builds/some-build/status'],
     ]
     for (const [method, path] of calls) {
       // The API key as a header is no session either.
