@@ -112,6 +112,7 @@ document.getElementById('upload').addEventListener('click', upload)
 // The egress audit trail, newest first, read on from the last cursor.
 let after = 0
 
+/** Reads the audit trail on from the cursor; whether to read again. */
 async function readEgress() {
   let page
   try {
@@ -166,11 +167,23 @@ addEventListener('sandbox-kill', () => {
   killed = true
 })
 
-/** Redraws the chart and reads on the audit trail every 5 s while the sandbox is there. */
+/**
+ * Reads on the audit trail (while there is one) and redraws the chart
+ * every 5 s, until the sandbox is gone.
+ */
+let egress = true
 async function poll() {
-  if (killed || !(await readEgress()) || killed) return
-  await drawMetrics().catch((err) => status(`Metrics: ${err.message}`, true, 'metrics-range'))
-  setTimeout(poll, 5000)
+  if (killed) return
+  if (egress) egress = await readEgress()
+  if (killed) return
+  const more = await drawMetrics().then(
+    () => true,
+    (err) => {
+      status(`Metrics: ${err.message}`, true, 'metrics-range')
+      return err.status !== 404
+    },
+  )
+  if (more) setTimeout(poll, 5000)
 }
 
 // Files are read through the sandbox's envd, which runs only while the
