@@ -45,6 +45,9 @@ func (h *Handler) host(w http.ResponseWriter, r *http.Request) {
 		States: map[string]int{}, Pending: st.Pending, MaxSandboxes: st.MaxSandboxes, CPUs: st.CPUs, HostCPUs: st.HostCPUs,
 		DefaultBackend: st.DefaultBackend, Backends: st.Backends, SandboxesByBackend: st.SandboxesByBackend, Pools: st.Pools,
 	}
+	if out.Pools == nil {
+		out.Pools = map[string]sandbox.PoolStatus{} // an object, not null, to the page
+	}
 	for s, n := range st.States {
 		out.States[string(s)] = n
 	}
