@@ -41,9 +41,16 @@ after(killCreated)
 function watchErrors(page) {
   const errors = []
   const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
+  // Leaving a page cancels its requests in flight (the list's metrics
+  // calls when the test goes to another page): ERR_ABORTED, no console
+  // error.
+  const leftPage = (text) => text === 'net::ERR_ABORTED'
   page.on('console', (msg) => msg.type() === 'error' && !hostNetworkChanged(msg.text()) && errors.push(`console: ${msg.text()}`))
   page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
-  page.on('requestfailed', (req) => !hostNetworkChanged(req.failure()?.errorText ?? '') && errors.push(`request failed: ${req.method()} ${req.url()}: ${req.failure()?.errorText}`))
+  page.on('requestfailed', (req) => {
+    const text = req.failure()?.errorText ?? ''
+    if (!hostNetworkChanged(text) && !leftPage(text)) errors.push(`request failed: ${req.method()} ${req.url()}: ${text}`)
+  })
   return errors
 }
 
