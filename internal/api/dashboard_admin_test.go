@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
-
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
@@ -132,7 +130,7 @@ func TestDashboardHost(t *testing.T) {
 	want := hostView{
 		States: map[string]int{"running": 2, "paused": 1}, MaxSandboxes: 10, CPUs: 4, HostCPUs: 4,
 		DefaultBackend: "fake", Backends: []string{"fake"}, SandboxesByBackend: map[string]int{"fake": 3},
-		Pools: map[string]sandbox.PoolStatus{},
+		Pools: map[string]poolView{"base": {Ready: 1, Filling: 1, Target: 2}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("host (-want +got):\n%s", diff)

@@ -2,8 +2,6 @@ package api
 
 import (
 	"net/http"
-
-	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 )
 
 // hostView is the answer of GET /dashboard/api/host.
@@ -17,11 +15,18 @@ type hostView struct {
 	HostCPUs     int `json:"hostCpus"`
 	// Disk is the file system of the sandboxes' disks; absent when the
 	// server checks none.
-	Disk               *hostDiskView                 `json:"disk,omitempty"`
-	DefaultBackend     string                        `json:"defaultBackend"`
-	Backends           []string                      `json:"backends"`
-	SandboxesByBackend map[string]int                `json:"sandboxesByBackend"`
-	Pools              map[string]sandbox.PoolStatus `json:"pools"`
+	Disk               *hostDiskView       `json:"disk,omitempty"`
+	DefaultBackend     string              `json:"defaultBackend"`
+	Backends           []string            `json:"backends"`
+	SandboxesByBackend map[string]int      `json:"sandboxesByBackend"`
+	Pools              map[string]poolView `json:"pools"`
+}
+
+// poolView is the warm pool of one template.
+type poolView struct {
+	Ready   int `json:"ready"`
+	Filling int `json:"filling"`
+	Target  int `json:"target"`
 }
 
 type hostDiskView struct {
@@ -43,10 +48,11 @@ func (h *Handler) host(w http.ResponseWriter, r *http.Request) {
 	}
 	out := hostView{
 		States: map[string]int{}, Pending: st.Pending, MaxSandboxes: st.MaxSandboxes, CPUs: st.CPUs, HostCPUs: st.HostCPUs,
-		DefaultBackend: st.DefaultBackend, Backends: st.Backends, SandboxesByBackend: st.SandboxesByBackend, Pools: st.Pools,
+		DefaultBackend: st.DefaultBackend, Backends: st.Backends, SandboxesByBackend: st.SandboxesByBackend,
+		Pools: make(map[string]poolView, len(st.Pools)),
 	}
-	if out.Pools == nil {
-		out.Pools = map[string]sandbox.PoolStatus{} // an object, not null, to the page
+	for name, p := range st.Pools {
+		out.Pools[name] = poolView{Ready: p.Ready, Filling: p.Filling, Target: p.Target}
 	}
 	for s, n := range st.States {
 		out.States[string(s)] = n

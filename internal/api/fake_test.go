@@ -458,11 +458,14 @@ func (f *fakeSandboxes) WriteFile(ctx context.Context, id, p string, r io.Reader
 }
 
 // Host implements Sandboxes: the fake's sandboxes by state, on a host of
-// 4 CPUs with a cap of 10, each sandbox running on 2.
+// 4 CPUs with a cap of 10, each sandbox running on 2, and a pool of base.
 func (f *fakeSandboxes) Host() (sandbox.HostStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	h := sandbox.HostStatus{States: map[store.State]int{}, MaxSandboxes: 10, HostCPUs: 4, DefaultBackend: "fake", Backends: []string{"fake"}, SandboxesByBackend: map[string]int{}}
+	h := sandbox.HostStatus{
+		States: map[store.State]int{}, MaxSandboxes: 10, HostCPUs: 4, DefaultBackend: "fake", Backends: []string{"fake"}, SandboxesByBackend: map[string]int{},
+		Pools: map[string]sandbox.PoolStatus{"base": {Ready: 1, Filling: 1, Target: 2}},
+	}
 	for _, sb := range f.sbs {
 		h.States[sb.State]++
 		h.SandboxesByBackend["fake"]++

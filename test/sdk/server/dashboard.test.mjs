@@ -365,8 +365,10 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
   test('templates: a build shows up, its log streams while it runs', async (t) => {
     const alias = `sdk-test-dash-${mode}`
-    // A step that prints a line a second, so the log is read while it runs.
-    const template = Template().fromTemplate('base').runCmd('for i in 1 2 3 4 5 6; do echo dash-build-$i; sleep 1; done')
+    // A step that prints a line a second, so the log is read while it
+    // runs; the run and mode in it keep the builder from taking the step
+    // from its cache.
+    const template = Template().fromTemplate('base').runCmd(`for i in 1 2 3 4 5 6; do echo dash-build-$i ${mode} ${runTag}; sleep 1; done`)
     const built = Template.build(template, alias)
     built.catch(() => {}) // awaited below
     const { context, page, errors } = await signedInPage()

@@ -1,4 +1,7 @@
-import { api, cell, mib, status } from './app.js'
+import { api, cell, status } from './app.js'
+
+/** Bytes as GiB, to one decimal. */
+const gib = (bytes) => `${(bytes / (1 << 30)).toFixed(1)} GiB`
 
 /** Fills table id's body with rows of cells. */
 function fill(id, rows) {
@@ -40,7 +43,10 @@ async function load() {
   ]
   if (h.disk) {
     const used = h.disk.total - h.disk.free
-    capacity.push([`Disk (${h.disk.dir}, reserve ${h.disk.reserveSetting})`, mib(used), `${mib(h.disk.total - h.disk.reserve)} before the reserve`, meter(used, h.disk.total - h.disk.reserve)])
+    // Creates stop where the reserve begins.
+    const usable = h.disk.total - h.disk.reserve
+    capacity.push([`Disk, ${h.disk.reserveSetting} kept free`, gib(used), gib(usable), meter(used, usable)])
+    document.getElementById('disk-dir').textContent = `Sandbox disks are under ${h.disk.dir}.`
   }
   fill('capacity', capacity)
   const pools = Object.entries(h.pools).map(([name, p]) => [name, p.ready, p.filling, p.target])
