@@ -31,7 +31,7 @@ async function load() {
   fill('states', [
     ['running', h.states.running ?? 0],
     ['paused', h.states.paused ?? 0],
-    ['starting (creates and warm pool members)', h.pending],
+    ['slots held by creates in flight and warm pool members', h.pending],
   ])
   fill(
     'backends',
