@@ -31,7 +31,7 @@ async function load() {
   fill('states', [
     ['running', h.states.running ?? 0],
     ['paused', h.states.paused ?? 0],
-    ['slots held by creates in flight and warm pool members', h.pending],
+    ['creating, or in a warm pool', h.pending],
   ])
   fill(
     'backends',
