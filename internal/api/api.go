@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -36,6 +37,10 @@ type Sandboxes interface {
 	EgressEvents(id string, after uint64, limit int) ([]egress.Event, uint64, error)
 	Exec(ctx context.Context, id string, env map[string]string, args ...string) ([]byte, error)
 	OpenTerminal(ctx context.Context, id string, cols, rows uint32) (*sandbox.Terminal, error)
+	ListDir(ctx context.Context, id, path string) (sandbox.Directory, error)
+	ReadFile(ctx context.Context, id, path string) (io.ReadCloser, error)
+	WriteFile(ctx context.Context, id, path string, r io.Reader) error
+	Host() (sandbox.HostStatus, error)
 }
 
 // Keys verifies API keys; *store.Store implements it.
@@ -61,6 +66,8 @@ const DefaultBodyTimeout = 30 * time.Second
 type Config struct {
 	Sandboxes Sandboxes
 	Keys      Keys
+	// APIKeys serves the dashboard's keys page; nil leaves it out.
+	APIKeys APIKeys
 	// EnvdVersion is reported as envdVersion (envd.Version); required.
 	EnvdVersion string
 	// Domain is returned as the sandbox domain; empty gives null, so the
@@ -97,6 +104,7 @@ type Config struct {
 type Handler struct {
 	sandboxes   Sandboxes
 	keys        Keys
+	apiKeys     APIKeys
 	templates   *TemplateBuilds
 	volumes     Volumes
 	mcp         MCPServer
@@ -125,6 +133,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		sandboxes:   cfg.Sandboxes,
 		keys:        cfg.Keys,
+		apiKeys:     cfg.APIKeys,
 		templates:   cfg.Templates,
 		volumes:     cfg.Volumes,
 		liveView:    cfg.LiveView,

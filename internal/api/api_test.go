@@ -58,6 +58,7 @@ func newHandler(t testing.TB, f *fakeSandboxes, mod ...func(*Config)) *Handler {
 	cfg := Config{
 		Sandboxes:   f,
 		Keys:        keys,
+		APIKeys:     keys,
 		EnvdVersion: "0.6.4",
 		Domain:      "example.test",
 		Now:         func() time.Time { return testNow.Add(time.Hour) },

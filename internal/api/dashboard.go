@@ -36,6 +36,9 @@ var signInPage = template.Must(template.ParseFS(dashboardFiles, "dashboard/sign-
 var (
 	sandboxesPage = layoutPage("sandboxes.html")
 	sandboxPage   = layoutPage("sandbox.html")
+	templatesPage = layoutPage("templates.html")
+	keysPage      = layoutPage("keys.html")
+	hostPage      = layoutPage("host.html")
 )
 
 func layoutPage(name string) *template.Template {
@@ -80,6 +83,28 @@ func (h *Handler) dashboardRoutes() {
 	handle("POST /dashboard/api/sandboxes/{id}/timeout", h.session(h.setTimeout))
 	handle("GET /dashboard/api/sandboxes/{id}/metrics", h.session(h.metrics))
 	handle("GET /dashboard/api/sandboxes/{id}/terminal", h.session(h.terminal))
+	handle("GET /dashboard/api/sandboxes/{id}/files", h.session(h.listFiles))
+	handle("GET /dashboard/api/sandboxes/{id}/files/content", h.session(h.downloadFile))
+	handle("POST /dashboard/api/sandboxes/{id}/files/content", h.session(h.uploadFile))
+	handle("GET /dashboard/api/sandboxes/{id}/network/audit", h.session(h.egressAudit))
+	if h.liveView != nil {
+		handle("POST /dashboard/api/sandboxes/{id}/live-view", h.session(h.createLiveView))
+	}
+
+	handle("GET /dashboard/host", h.page(page(hostPage)))
+	handle("GET /dashboard/api/host", h.session(h.host))
+	if h.apiKeys != nil {
+		handle("GET /dashboard/keys", h.page(page(keysPage)))
+		handle("GET /dashboard/api/keys", h.session(h.listKeys))
+		handle("POST /dashboard/api/keys", h.session(h.createKey))
+		handle("DELETE /dashboard/api/keys/{keyID}", h.session(h.revokeKey))
+	}
+	if h.templates != nil {
+		handle("GET /dashboard/templates", h.page(page(templatesPage)))
+		handle("GET /dashboard/api/templates", h.session(h.listTemplates))
+		handle("GET /dashboard/api/template-builds", h.session(h.templateBuilds))
+		handle("GET /dashboard/api/templates/{templateID}/builds/{buildID}/status", h.session(h.templateBuildStatus))
+	}
 }
 
 // pageHeaders are a dashboard page's: never cached, never framed, scripts

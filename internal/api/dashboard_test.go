@@ -2,11 +2,16 @@ package api
 
 import (
 	"crypto/tls"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
@@ -31,7 +36,7 @@ func dashboardRequest(method, target, body, key string) *http.Request {
 // pages call answer 401. An API key in the X-API-Key header is no session.
 func TestDashboardNeedsSession(t *testing.T) {
 	h := newHandler(t, newFake(store.Sandbox{ID: "isb1", State: store.StateRunning}))
-	pages := []string{"/dashboard/", "/dashboard/inspect/sandbox/isb1", "/dashboard/static/app.js", "/dashboard/static/vendor/xterm.js"}
+	pages := []string{"/dashboard/", "/dashboard/inspect/sandbox/isb1", "/dashboard/host", "/dashboard/keys", "/dashboard/static/app.js", "/dashboard/static/vendor/xterm.js"}
 	calls := []struct{ method, target string }{
 		{"GET", "/dashboard/api/v2/sandboxes"},
 		{"GET", "/dashboard/api/sandboxes/isb1"},
@@ -41,6 +46,14 @@ func TestDashboardNeedsSession(t *testing.T) {
 		{"POST", "/dashboard/api/sandboxes/isb1/timeout"},
 		{"GET", "/dashboard/api/sandboxes/isb1/metrics"},
 		{"GET", "/dashboard/api/sandboxes/isb1/terminal?cols=80&rows=24"},
+		{"GET", "/dashboard/api/sandboxes/isb1/files?path=~"},
+		{"GET", "/dashboard/api/sandboxes/isb1/files/content?path=a.txt"},
+		{"POST", "/dashboard/api/sandboxes/isb1/files/content?path=a.txt"},
+		{"GET", "/dashboard/api/sandboxes/isb1/network/audit"},
+		{"GET", "/dashboard/api/host"},
+		{"GET", "/dashboard/api/keys"},
+		{"POST", "/dashboard/api/keys"},
+		{"DELETE", "/dashboard/api/keys/k1"},
 	}
 	for _, session := range []struct{ name, key string }{{"no cookie", ""}, {"wrong key", "e2b_not_a_key"}} {
 		t.Run(session.name, func(t *testing.T) {
@@ -193,5 +206,54 @@ func TestDashboardTerminalSize(t *testing.T) {
 		if w.Code != 400 || !strings.Contains(w.Body.String(), says) {
 			t.Errorf("%s: %d %s, want 400 saying %q", target, w.Code, w.Body, says)
 		}
+	}
+}
+
+// The file browser's calls: an upload is listed and downloaded back; a
+// call without its path is a 400 naming it; a missing file is a 404.
+func TestDashboardFiles(t *testing.T) {
+	h := newHandler(t, newFake(store.Sandbox{ID: "isb1", State: store.StateRunning}))
+	do := func(method, target, body string) *httptest.ResponseRecorder {
+		t.Helper()
+		r := dashboardRequest(method, target, "", testKey)
+		r.Body = io.NopCloser(strings.NewReader(body))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := do("POST", "/dashboard/api/sandboxes/isb1/files/content?path=/home/user/up.txt", "hello"); w.Code != http.StatusNoContent {
+		t.Fatalf("upload: %d %s", w.Code, w.Body)
+	}
+	w := do("GET", "/dashboard/api/sandboxes/isb1/files?path=~", "")
+	var dir directoryView
+	if err := json.Unmarshal(w.Body.Bytes(), &dir); w.Code != http.StatusOK || err != nil {
+		t.Fatalf("list: %d %s (%v)", w.Code, w.Body, err)
+	}
+	want := directoryView{Path: "/home/user", Entries: []fileEntryView{{Name: "up.txt", Path: "/home/user/up.txt", Type: "file", Size: 5, Modified: time.Unix(0, 0).UTC()}}}
+	if diff := cmp.Diff(want, dir); diff != "" {
+		t.Errorf("list (-want +got):\n%s", diff)
+	}
+	w = do("GET", "/dashboard/api/sandboxes/isb1/files/content?path=/home/user/up.txt", "")
+	if w.Code != http.StatusOK || w.Body.String() != "hello" || !strings.HasPrefix(w.Header().Get("Content-Disposition"), "attachment") {
+		t.Errorf("download: %d %q %v", w.Code, w.Body, w.Header())
+	}
+	for _, c := range []struct {
+		name, method, target, body string
+		status                     int
+		want                       string
+	}{
+		{"list without path", "GET", "/dashboard/api/sandboxes/isb1/files", "", 400, "path is required"},
+		{"download without path", "GET", "/dashboard/api/sandboxes/isb1/files/content", "", 400, "path is required"},
+		{"upload without path", "POST", "/dashboard/api/sandboxes/isb1/files/content", "x", 400, "path is required"},
+		{"missing file", "GET", "/dashboard/api/sandboxes/isb1/files/content?path=/nope", "", 404, "no such file or directory: /nope"},
+		{"missing directory", "GET", "/dashboard/api/sandboxes/isb1/files?path=/nope", "", 404, "no such file or directory: /nope"},
+		{"unknown sandbox", "GET", "/dashboard/api/sandboxes/isb2/files?path=~", "", 404, "isb2"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := do(c.method, c.target, c.body)
+			if w.Code != c.status || !strings.Contains(w.Body.String(), c.want) {
+				t.Errorf("%d %s, want %d with %q", w.Code, w.Body, c.status, c.want)
+			}
+		})
 	}
 }

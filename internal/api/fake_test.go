@@ -1,15 +1,20 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/agent-sandbox/agent-sandbox/gen/filesystem"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
@@ -21,7 +26,10 @@ import (
 var _ Sandboxes = (*sandbox.Manager)(nil)
 
 // The store is what the server wires in.
-var _ Keys = (*store.Store)(nil)
+var (
+	_ Keys    = (*store.Store)(nil)
+	_ APIKeys = (*store.Store)(nil)
+)
 
 // fakeSandboxes is a hand-written Sandboxes keeping sandboxes in a map.
 type fakeSandboxes struct {
@@ -61,6 +69,8 @@ type fakeSandboxes struct {
 	// templateUsers, when set, is what DeleteTemplate finds running over
 	// a template (it then refuses, as the manager does).
 	templateUsers string
+	// files is every sandbox's files by absolute path, under /home/user.
+	files map[string][]byte
 }
 
 func newFake(sbs ...store.Sandbox) *fakeSandboxes {
@@ -393,4 +403,75 @@ func (f *fakeSandboxes) DeleteSnapshot(ctx context.Context, ref string) error {
 // OpenTerminal implements Sandboxes; the fake has no shells.
 func (f *fakeSandboxes) OpenTerminal(ctx context.Context, id string, cols, rows uint32) (*sandbox.Terminal, error) {
 	return nil, errors.ErrUnsupported
+}
+
+// ListDir implements Sandboxes over files: "~" is /home/user.
+func (f *fakeSandboxes) ListDir(ctx context.Context, id, p string) (sandbox.Directory, error) {
+	if err := f.reachable(id); err != nil {
+		return sandbox.Directory{}, err
+	}
+	dir := path.Clean(strings.Replace(p, "~", "/home/user", 1))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := sandbox.Directory{Path: dir}
+	for name, content := range f.files {
+		if path.Dir(name) == dir {
+			out.Entries = append(out.Entries, &filesystem.EntryInfo{Name: path.Base(name), Path: name, Type: filesystem.FileType_FILE_TYPE_FILE, Size: int64(len(content))})
+		}
+	}
+	if dir != "/home/user" && len(out.Entries) == 0 {
+		return sandbox.Directory{}, fmt.Errorf("%w: %s", sandbox.ErrNoFile, p)
+	}
+	return out, nil
+}
+
+// ReadFile implements Sandboxes over files.
+func (f *fakeSandboxes) ReadFile(ctx context.Context, id, p string) (io.ReadCloser, error) {
+	if err := f.reachable(id); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	content, ok := f.files[p]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", sandbox.ErrNoFile, p)
+	}
+	return io.NopCloser(bytes.NewReader(content)), nil
+}
+
+// WriteFile implements Sandboxes over files.
+func (f *fakeSandboxes) WriteFile(ctx context.Context, id, p string, r io.Reader) error {
+	if err := f.reachable(id); err != nil {
+		return err
+	}
+	content, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.files == nil {
+		f.files = map[string][]byte{}
+	}
+	f.files[p] = content
+	return nil
+}
+
+// Host implements Sandboxes: the fake's sandboxes by state, on a host of
+// 4 CPUs with a cap of 10, each sandbox running on 2, and a pool of base.
+func (f *fakeSandboxes) Host() (sandbox.HostStatus, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h := sandbox.HostStatus{
+		States: map[store.State]int{}, MaxSandboxes: 10, HostCPUs: 4, DefaultBackend: "fake", Backends: []string{"fake"}, SandboxesByBackend: map[string]int{},
+		Pools: map[string]sandbox.PoolStatus{"base": {Ready: 1, Filling: 1, Target: 2}},
+	}
+	for _, sb := range f.sbs {
+		h.States[sb.State]++
+		h.SandboxesByBackend["fake"]++
+		if sb.State == store.StateRunning {
+			h.CPUs += 2
+		}
+	}
+	return h, nil
 }

@@ -61,6 +61,8 @@ func (h *Handler) failure(r *http.Request, id string, err error) (int, string) {
 			msg += fmt.Sprintf(" (it ended at %s: %s)", ended.At.UTC().Format(time.RFC3339), ended.Detail())
 		}
 		return http.StatusNotFound, msg
+	case errors.Is(err, sandbox.ErrNoFile):
+		return http.StatusNotFound, err.Error()
 	case errors.Is(err, sandbox.ErrConflict):
 		return http.StatusConflict, err.Error()
 	case errors.Is(err, sandbox.ErrInvalid):

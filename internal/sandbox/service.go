@@ -3,7 +3,6 @@ package sandbox
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -121,8 +120,7 @@ func shellCommand(user, token, cmd string) *connect.Request[process.StartRequest
 // access token token.
 func startRequest(user, token string, p *process.ProcessConfig) *connect.Request[process.StartRequest] {
 	req := connect.NewRequest(&process.StartRequest{Process: p})
-	req.Header().Set("Authorization", "Basic "+base64.StdEncoding.EncodeToString([]byte(user+":")))
-	req.Header().Set("X-Access-Token", token)
+	authorizeEnvd(req.Header(), user, token)
 	return req
 }
 

@@ -112,15 +112,21 @@ func (t *Terminal) selector() *process.ProcessSelector {
 	return &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: t.pid}}
 }
 
+// envdURL is the base URL of every envd call; the client dials the
+// sandbox whatever the host.
+const envdURL = "http://envd"
+
 // envdConn is how the server reaches the envd of one sandbox.
 type envdConn struct {
 	client processconnect.ProcessClient
-	user   string
-	token  string
+	// http reaches the envd (host "envd") for its other APIs.
+	http  *http.Client
+	user  string
+	token string
 }
 
-// envd returns a client of running sandbox id's envd process API and
-// the user and token its calls carry.
+// envd returns a client of running sandbox id's envd process API, an
+// HTTP client for its others, and the user and token its calls carry.
 func (m *Manager) envd(ctx context.Context, id string) (envdConn, error) {
 	rec, err := m.Get(ctx, id)
 	if err != nil {
@@ -138,5 +144,5 @@ func (m *Manager) envd(ctx context.Context, id string) (envdConn, error) {
 		},
 		DisableKeepAlives: true,
 	}}
-	return envdConn{client: processconnect.NewProcessClient(hc, "http://envd"), user: user, token: rec.EnvdAccessToken}, nil
+	return envdConn{client: processconnect.NewProcessClient(hc, envdURL), http: hc, user: user, token: rec.EnvdAccessToken}, nil
 }

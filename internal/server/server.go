@@ -411,6 +411,7 @@ func (s *Server) routes() (http.Handler, error) {
 	apiHandler, err := api.New(api.Config{
 		Sandboxes:      s.manager,
 		Keys:           s.store,
+		APIKeys:        s.store,
 		EnvdVersion:    envd.Version,
 		Domain:         s.cfg.Domain,
 		Templates:      s.builds,

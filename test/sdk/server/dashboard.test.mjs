@@ -14,8 +14,9 @@ import { mkdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { chromium } from 'playwright-core'
+import { Template } from 'e2b'
 
-import { apiFetch, apiKey, apiUrl, createSandbox, killCreated, mode, runTag, waitFor } from './helpers.mjs'
+import { apiFetch, apiKey, apiUrl, createSandbox, killCreated, mode, RUN_META_KEY, runTag, waitFor } from './helpers.mjs'
 
 /** Debian's chromium, which scripts/install-deps.sh --test installs. */
 const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
@@ -30,12 +31,43 @@ function dashFetch(path, init = {}) {
 
 after(killCreated)
 
-describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
+/**
+ * Collects what page logs as an error, fails to load or throws. Chromium
+ * runs on the server's host: when a kill takes a sandbox's network
+ * interfaces away, it drops its requests in flight with
+ * ERR_NETWORK_CHANGED, which it logs; the page sends the kill again
+ * (sandbox.js). That is this host's network changing, not the page.
+ */
+function watchErrors(page) {
+  const errors = []
+  const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
+  // Leaving a page cancels its requests in flight (the list's metrics
+  // calls when the test goes to another page): ERR_ABORTED, no console
+  // error.
+  const leftPage = (text) => text === 'net::ERR_ABORTED'
+  page.on('console', (msg) => msg.type() === 'error' && !hostNetworkChanged(msg.text()) && errors.push(`console: ${msg.text()}`))
+  page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
+  page.on('requestfailed', (req) => {
+    const text = req.failure()?.errorText ?? ''
+    if (!hostNetworkChanged(text) && !leftPage(text)) errors.push(`request failed: ${req.method()} ${req.url()}: ${text}`)
+  })
+  return errors
+}
+
+/** Writes a full-page screenshot of page as artefact name and reports its path. */
+async function screenshot(t, page, name) {
+  const file = join(ARTIFACTS, `dashboard-${name}-${mode}.png`)
+  await page.screenshot({ path: file, fullPage: true })
+  t.diagnostic(`${name} screenshot: ${file}`)
+}
+
+describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
   let sbx
+  let other
   let browser
 
   before(async () => {
-    ;({ sbx } = await createSandbox({ timeoutMs: 240_000 }))
+    ;[{ sbx }, { sbx: other }] = await Promise.all([createSandbox({ timeoutMs: 240_000 }), createSandbox({ timeoutMs: 240_000 })])
     mkdirSync(ARTIFACTS, { recursive: true })
     // The TLS mode's API host is under the suite's domain, which resolves
     // to this machine; its certificate is the suite's own CA's.
@@ -52,7 +84,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
 
   test('without a session every page redirects to the sign-in form and every API call is a 401', async () => {
     const id = sbx.sandboxId
-    for (const path of ['/dashboard/', `/dashboard/inspect/sandbox/${id}`, '/dashboard/static/sandbox.js', '/dashboard/static/vendor/xterm.js']) {
+    for (const path of ['/dashboard/', `/dashboard/inspect/sandbox/${id}`, '/dashboard/templates', '/dashboard/keys', '/dashboard/host', '/dashboard/static/sandbox.js', '/dashboard/static/vendor/xterm.js']) {
       const res = await dashFetch(path)
       assert.equal(res.status, 303, path)
       assert.equal(res.headers.get('location'), '/dashboard/sign-in', path)
@@ -66,6 +98,18 @@ describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
       ['POST', `/dashboard/api/sandboxes/${id}/pause`],
       ['POST', `/dashboard/api/sandboxes/${id}/connect`],
       ['POST', `/dashboard/api/sandboxes/${id}/timeout`],
+      ['GET', `/dashboard/api/sandboxes/${id}/files?path=~`],
+      ['GET', `/dashboard/api/sandboxes/${id}/files/content?path=.bashrc`],
+      ['POST', `/dashboard/api/sandboxes/${id}/files/content?path=x.txt`],
+      ['GET', `/dashboard/api/sandboxes/${id}/network/audit`],
+      ['POST', `/dashboard/api/sandboxes/${id}/live-view`],
+      ['GET', '/dashboard/api/host'],
+      ['GET', '/dashboard/api/keys'],
+      ['POST', '/dashboard/api/keys'],
+      ['DELETE', '/dashboard/api/keys/some-key-id'],
+      ['GET', '/dashboard/api/templates'],
+      ['GET', '/dashboard/api/template-builds'],
+      ['GET', '/dashboard/api/templates/base/builds/some-build/status'],
     ]
     for (const [method, path] of calls) {
       // The API key as a header is no session either.
@@ -104,26 +148,172 @@ describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
     }
   })
 
-  /** Signs page in through the form; it lands on the sandbox list. */
-  async function signIn(page) {
+  /** Signs page in through the form with key; it lands on the sandbox list. */
+  async function signIn(page, key = apiKey) {
     await page.goto(`${apiUrl}/dashboard/`)
     assert.match(page.url(), /\/dashboard\/sign-in$/)
-    await page.fill('#key', apiKey)
+    await page.fill('#key', key)
     await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('button[type=submit]')])
   }
+
+  /** A signed-in page on a laptop screen, and the errors it logs. */
+  async function signedInPage(key = apiKey) {
+    const context = await browser.newContext({ viewport: VIEWPORT, ignoreHTTPSErrors: true, acceptDownloads: true })
+    const page = await context.newPage()
+    const errors = watchErrors(page)
+    // Revoking a key asks first.
+    page.on('dialog', (d) => d.accept())
+    await signIn(page, key)
+    return { context, page, errors }
+  }
+
+  test('the list: disk use, a metadata filter and pages', async (t) => {
+    const { context, page, errors } = await signedInPage()
+    try {
+      // This file's two sandboxes, one a page.
+      const mine = `${RUN_META_KEY}=${runTag}`
+      await page.goto(`${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
+      const rows = page.locator('#sandboxes tbody tr')
+      await rows.first().waitFor()
+      assert.equal(await page.inputValue('#metadata'), mine)
+      assert.equal(await rows.count(), 1)
+      const first = await rows.first().getAttribute('data-sandbox-id')
+      // Disk is the last column: used / total once a sample is in.
+      await waitFor(async () => /^\d+ MiB \/ \d+ MiB$/.test(await rows.first().locator('td').last().innerText()), { timeoutMs: 20_000, what: 'the disk use of the first row' })
+      await screenshot(t, page, 'list-filtered')
+      assert.equal(await page.isDisabled('#prev-page'), true)
+      await page.click('#next-page')
+      await page.locator('#page-number', { hasText: 'Page 2' }).waitFor()
+      await waitFor(async () => (await rows.first().getAttribute('data-sandbox-id')) !== first, { timeoutMs: 10_000, what: 'the second page' })
+      const second = await rows.first().getAttribute('data-sandbox-id')
+      assert.deepEqual([first, second].sort(), [sbx.sandboxId, other.sandboxId].sort())
+      assert.equal(await page.isDisabled('#next-page'), true, 'two sandboxes are two pages of one')
+      await page.click('#prev-page')
+      await page.locator(`#sandboxes tbody tr[data-sandbox-id="${first}"]`).waitFor()
+
+      // A filter nothing matches, typed into the form.
+      await page.fill('#metadata', `${RUN_META_KEY}=not-${runTag}`)
+      await Promise.all([page.waitForURL(/metadata=/), page.click('#filter button')])
+      await page.locator('#status', { hasText: 'No sandboxes match the filter.' }).waitFor()
+      assert.equal(await rows.count(), 0)
+      assert.deepEqual(errors, [])
+    } finally {
+      await context.close()
+    }
+  })
+
+  test('the detail page: upload and download a file, the egress audit, the metrics chart', async (t) => {
+    // A denied egress for the audit trail: example.com is off the allowlist.
+    const curl = await sbx.commands.run('curl -sS -m 10 http://example.com/ || true', { timeoutMs: 30_000 })
+    assert.match(curl.stderr, /resolve/i, JSON.stringify(curl))
+    await sbx.files.write('/home/user/from-sdk.txt', `sdk wrote ${runTag}`)
+    const { context, page, errors } = await signedInPage()
+    try {
+      await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
+      // The file browser starts in the user's home.
+      await page.locator('#files tr[data-path="/home/user/from-sdk.txt"]').waitFor({ timeout: 15_000 })
+      assert.equal(await page.inputValue('#files-path'), '/home/user')
+      const content = `uploaded through the dashboard ${runTag}\n`
+      await page.setInputFiles('#upload-file', { name: 'dash-upload.txt', mimeType: 'text/plain', buffer: Buffer.from(content) })
+      await page.click('#upload')
+      await page.locator('#files tr[data-path="/home/user/dash-upload.txt"]').waitFor()
+      assert.equal(await sbx.files.read('/home/user/dash-upload.txt'), content)
+      const [download] = await Promise.all([page.waitForEvent('download'), page.click('#files tr[data-path="/home/user/from-sdk.txt"] a')])
+      assert.equal(download.suggestedFilename(), 'from-sdk.txt')
+      const chunks = []
+      for await (const c of await download.createReadStream()) chunks.push(c)
+      assert.equal(Buffer.concat(chunks).toString(), `sdk wrote ${runTag}`)
+
+      // The denial is in the audit trail.
+      const denied = page.locator('#egress tbody tr[data-allowed="false"]', { hasText: 'example.com' })
+      await denied.first().waitFor({ timeout: 15_000 })
+      assert.match(await denied.first().innerText(), /dns[\s\S]*example\.com[\s\S]*denied/)
+
+      // The chart draws a line per series once there are samples.
+      await waitFor(async () => (await page.locator('#metrics-chart polyline.cpu').getAttribute('points').catch(() => null))?.includes(','), { timeoutMs: 20_000, what: 'the CPU line of the chart' })
+      assert.equal(await page.locator('#metrics-chart polyline').count(), 3)
+      await screenshot(t, page, 'detail-panels')
+      assert.deepEqual(errors, [])
+    } finally {
+      await context.close()
+    }
+  })
+
+  test('API keys: create one (shown once), revoke it and the API refuses it; revoking the own key signs out', async (t) => {
+    const { context, page, errors } = await signedInPage()
+    /** Creates a key named name on the keys page; its plaintext. */
+    async function createKey(name) {
+      await page.fill('#key-name', name)
+      await page.click('#create-key button')
+      await page.locator(`#keys tbody tr`, { hasText: name }).waitFor()
+      const key = await page.locator('#new-key-value').innerText()
+      assert.match(key, /^e2b_[0-9a-f]{40}$/)
+      return key
+    }
+    const listWith = (key) => apiFetch('/v2/sandboxes?limit=1', { headers: { 'X-API-Key': key } })
+    try {
+      await page.goto(`${apiUrl}/dashboard/keys`)
+      await page.locator('#keys tbody tr', { hasText: '(this session)' }).waitFor()
+      const nameA = `dash-a-${runTag}`
+      const keyA = await createKey(nameA)
+      assert.equal((await listWith(keyA)).status, 200, 'the new key works')
+      // The list shows keys masked, never whole.
+      assert.ok(!(await page.locator('#keys').innerText()).includes(keyA))
+      await screenshot(t, page, 'keys')
+      await page.locator('#keys tbody tr', { hasText: nameA }).locator('button').click()
+      await page.locator('#keys tbody tr', { hasText: nameA }).waitFor({ state: 'detached' })
+      assert.equal((await listWith(keyA)).status, 401, 'the revoked key is refused')
+
+      // A session of its own key, which revokes it.
+      const nameB = `dash-b-${runTag}`
+      const keyB = await createKey(nameB)
+      const b = await signedInPage(keyB)
+      try {
+        await b.page.goto(`${apiUrl}/dashboard/keys`)
+        const own = b.page.locator('#keys tbody tr', { hasText: `${nameB} (this session)` })
+        await Promise.all([b.page.waitForURL(/\/dashboard\/sign-in$/), own.locator('button').click()])
+        assert.deepEqual((await b.context.cookies()).filter((c) => c.name === 'agent_sandbox_session'), [], 'the session cookie is gone')
+        assert.deepEqual(b.errors, [])
+      } finally {
+        await b.context.close()
+      }
+      assert.equal((await listWith(keyB)).status, 401)
+      const res = await dashFetch('/dashboard/api/keys', { headers: { Cookie: `agent_sandbox_session=${keyB}` } })
+      assert.equal(res.status, 401, 'the revoked key is no session')
+      assert.deepEqual(errors, [])
+    } finally {
+      await context.close()
+    }
+  })
+
+  test('the host page: sandboxes by state, capacity and the backend', async (t) => {
+    const { context, page, errors } = await signedInPage()
+    try {
+      await page.goto(`${apiUrl}/dashboard/host`)
+      const running = page.locator('#states tr[data-key="running"] td').nth(1)
+      await running.waitFor()
+      // The page refreshes every 5 s; sandboxes of other files come and go.
+      await waitFor(
+        async () => {
+          const listed = await apiFetch('/v2/sandboxes?state=running&limit=100').then((r) => r.json())
+          const shown = Number(await running.innerText())
+          return shown >= 2 && shown === listed.length
+        },
+        { timeoutMs: 20_000, what: 'the running count of the API on the host page' },
+      )
+      assert.match(await page.locator('#backends tbody').innerText(), /starts new sandboxes/)
+      assert.match(await page.locator('#capacity tbody').innerText(), /vCPUs of running sandboxes\s+\d+\s+\d+ host CPUs/)
+      await screenshot(t, page, 'host')
+      assert.deepEqual(errors, [])
+    } finally {
+      await context.close()
+    }
+  })
 
   test('sign in, see the sandbox, run a command in its terminal, kill it', async (t) => {
     const context = await browser.newContext({ viewport: VIEWPORT, ignoreHTTPSErrors: true })
     const page = await context.newPage()
-    const errors = []
-    // Chromium runs on the server's host: when the kill takes the sandbox's
-    // network interfaces away, it drops its requests in flight with
-    // ERR_NETWORK_CHANGED, which it logs; the page sends the kill again
-    // (sandbox.js). That is this host's network changing, not the page.
-    const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
-    page.on('console', (msg) => msg.type() === 'error' && !hostNetworkChanged(msg.text()) && errors.push(`console: ${msg.text()}`))
-    page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
-    page.on('requestfailed', (req) => !hostNetworkChanged(req.failure()?.errorText ?? '') && errors.push(`request failed: ${req.method()} ${req.url()}: ${req.failure()?.errorText}`))
+    const errors = watchErrors(page)
     try {
       await signIn(page)
       const cookie = (await context.cookies()).find((c) => c.name === 'agent_sandbox_session')
@@ -170,6 +360,46 @@ describe(`dashboard (${mode} mode)`, { timeout: 240_000 }, () => {
       assert.deepEqual(errors, [])
     } finally {
       await context.close()
+    }
+  })
+
+  test('templates: a build shows up, its log streams while it runs', async (t) => {
+    const alias = `sdk-test-dash-${mode}`
+    // A step that prints a line a second, so the log is read while it
+    // runs; the run and mode in it keep the builder from taking the step
+    // from its cache.
+    const template = Template().fromTemplate('base').runCmd(`for i in 1 2 3 4 5 6; do echo dash-build-$i ${mode} ${runTag}; sleep 1; done`)
+    const built = Template.build(template, alias)
+    built.catch(() => {}) // awaited below
+    const { context, page, errors } = await signedInPage()
+    try {
+      await page.goto(`${apiUrl}/dashboard/templates`)
+      const row = page.locator('#builds tbody tr', { hasText: alias }).first()
+      await waitFor(
+        async () => {
+          await page.reload()
+          await page.locator('#templates tbody tr').first().waitFor()
+          return (await row.count()) > 0
+        },
+        { timeoutMs: 60_000, what: `a build of ${alias} on the templates page` },
+      )
+      assert.match(await row.innerText(), /waiting|building/, 'the build is listed before it ends')
+      await row.locator('button').click()
+      const log = page.locator('#build-log')
+      await waitFor(async () => (await log.innerText()).includes('dash-build-1'), { timeoutMs: 120_000, what: 'the first line of the step in the log' })
+      assert.equal(await log.getAttribute('data-status'), 'building', 'the line came while the build ran')
+      const info = await built
+      await page.locator('#build-log[data-done="true"]').waitFor({ timeout: 60_000 })
+      assert.equal(await log.getAttribute('data-status'), 'ready')
+      const text = await log.innerText()
+      assert.ok(text.indexOf('dash-build-1') < text.indexOf('dash-build-6'), text)
+      await page.locator(`#builds tbody tr[data-build-id="${info.buildId}"]`, { hasText: 'ready' }).waitFor()
+      await screenshot(t, page, 'templates')
+      assert.deepEqual(errors, [])
+    } finally {
+      await context.close()
+      await built.catch(() => {})
+      await apiFetch(`/templates/${alias}`, { method: 'DELETE' })
     }
   })
 })

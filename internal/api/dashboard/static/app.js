@@ -7,6 +7,11 @@
  * request that got no answer throws fetch's TypeError.
  */
 export async function api(path, init = {}) {
+  return (await call(path, init)).body
+}
+
+/** api, also answering the headers: { body, headers }. */
+export async function call(path, init = {}) {
   const res = await fetch('/dashboard/api' + path, { ...init, credentials: 'same-origin', headers: { 'Content-Type': 'application/json', ...init.headers } })
   if (res.status === 401) {
     location.assign('/dashboard/sign-in')
@@ -15,7 +20,7 @@ export async function api(path, init = {}) {
   const text = await res.text()
   const body = text ? JSON.parse(text) : null
   if (!res.ok) throw Object.assign(new Error(body?.message || `${res.status} ${res.statusText}`), { status: res.status })
-  return body
+  return { body, headers: res.headers }
 }
 
 /** A duration in ms as "3h 12m", "4m 05s" or "12s". */
@@ -24,6 +29,13 @@ export function duration(ms) {
   if (s >= 3600) return `${Math.floor(s / 3600)}h ${Math.floor((s % 3600) / 60)}m`
   if (s >= 60) return `${Math.floor(s / 60)}m ${String(s % 60).padStart(2, '0')}s`
   return `${s}s`
+}
+
+/** A table cell of row holding text. */
+export function cell(row, text) {
+  const td = row.insertCell()
+  td.textContent = text
+  return td
 }
 
 /** Bytes as MiB. */
@@ -37,9 +49,9 @@ export async function latestMetrics(id) {
   return samples?.length ? samples[samples.length - 1] : null
 }
 
-/** Shows msg in the page's status line (empty clears it). */
-export function status(msg, problem = false) {
-  const el = document.getElementById('status')
+/** Shows msg in the page's status line, or the one of id (empty clears it). */
+export function status(msg, problem = false, id = 'status') {
+  const el = document.getElementById(id)
   el.textContent = msg
   el.classList.toggle('problem', problem)
 }

@@ -17,6 +17,7 @@ async function load() {
     ['Time left', sb.state === 'running' ? duration(Date.parse(sb.endAt) - now) : '—'],
     ['CPU', m ? `${m.cpuUsedPct.toFixed(1)}% of ${sb.cpuCount}` : `${sb.cpuCount} vCPU`],
     ['Memory', m ? `${mib(m.memUsed)} / ${mib(m.memTotal)}` : `${sb.memoryMB} MiB`],
+    ['Disk', m ? `${mib(m.diskUsed)} / ${mib(m.diskTotal)}` : `${sb.diskSizeMB} MiB`],
   ]
   const dl = document.getElementById('info')
   dl.replaceChildren()
@@ -56,6 +57,7 @@ async function act(what, fn) {
  * the list's first page, the list the page goes back to still shows it.
  */
 async function kill() {
+  dispatchEvent(new Event('sandbox-kill'))
   try {
     await api(path, { method: 'DELETE' })
   } catch (err) {

@@ -1,13 +1,31 @@
-import { api, duration, latestMetrics, mib, status } from './app.js'
+import { call, cell, duration, latestMetrics, mib, status } from './app.js'
 
-function cell(row, text) {
-  const td = row.insertCell()
-  td.textContent = text
-  return td
+// The filter and page size are the page's own query
+// (?metadata=key=value&…&limit=N), so a filtered list can be linked; the
+// filter goes to the API as the E2B SDK sends it: each key and value
+// escaped, then the whole.
+const query = new URLSearchParams(location.search)
+const filter = query.get('metadata') ?? ''
+/** Sandboxes a page of the list shows (the API names a bad limit). */
+const pageSize = query.get('limit') ?? '20'
+document.getElementById('metadata').value = filter
+
+function metadataQuery(s) {
+  const pairs = s.split('&').map((p) => p.trim()).filter(Boolean)
+  // A pair without = goes as typed: the API names what is wrong with it.
+  const escaped = pairs.map((p) => (p.includes('=') ? p.split('=').map(encodeURIComponent).join('=') : encodeURIComponent(p))).join('&')
+  return escaped ? `&metadata=${encodeURIComponent(escaped)}` : ''
 }
 
+// The tokens of the pages before the one shown, and of the one shown
+// ('' for the first); next is the following page's, '' when it is the last.
+const tokens = ['']
+let next = ''
+
 async function load() {
-  const sandboxes = await api('/v2/sandboxes?state=running,paused')
+  const token = tokens[tokens.length - 1]
+  const { body: sandboxes, headers } = await call(`/v2/sandboxes?state=running,paused&limit=${encodeURIComponent(pageSize)}${metadataQuery(filter)}${token ? `&nextToken=${encodeURIComponent(token)}` : ''}`)
+  next = headers.get('X-Next-Token') ?? ''
   const body = document.querySelector('#sandboxes tbody')
   const rows = await Promise.all(sandboxes.map(async (sb) => ({ sb, m: sb.state === 'running' ? await latestMetrics(sb.sandboxID).catch(() => null) : null })))
   body.replaceChildren()
@@ -25,16 +43,32 @@ async function load() {
     cell(row, sb.state === 'running' ? duration(Date.parse(sb.endAt) - now) : '—')
     cell(row, m ? `${m.cpuUsedPct.toFixed(1)}% of ${sb.cpuCount}` : '—')
     cell(row, m ? `${mib(m.memUsed)} / ${mib(m.memTotal)}` : `— / ${sb.memoryMB} MiB`)
+    cell(row, m ? `${mib(m.diskUsed)} / ${mib(m.diskTotal)}` : `— / ${sb.diskSizeMB} MiB`)
   }
-  status(sandboxes.length ? '' : 'No sandboxes are running or paused.')
+  document.getElementById('prev-page').disabled = tokens.length === 1
+  document.getElementById('next-page').disabled = !next
+  document.getElementById('page-number').textContent = `Page ${tokens.length}`
+  status(sandboxes.length ? '' : filter ? 'No sandboxes match the filter.' : 'No sandboxes are running or paused.')
 }
 
+let timer
+/** Loads the page shown now, then again every 5 s. */
 async function refresh() {
+  clearTimeout(timer)
   try {
     await load()
   } catch (err) {
     status(`Loading the sandboxes: ${err.message}`, true)
   }
-  setTimeout(refresh, 5000)
+  timer = setTimeout(refresh, 5000)
 }
+
+document.getElementById('next-page').addEventListener('click', () => {
+  tokens.push(next)
+  refresh()
+})
+document.getElementById('prev-page').addEventListener('click', () => {
+  tokens.pop()
+  refresh()
+})
 refresh()
