@@ -109,9 +109,15 @@ func (h *Handler) dashboardRoutes() {
 
 // pageHeaders are a dashboard page's: never cached, never framed, scripts
 // from the server only (styles may be inline: xterm.js writes its own).
-func pageHeaders(w http.ResponseWriter) {
+// The only frames it shows are sandboxes' live views, under the sandbox
+// domain.
+func (h *Handler) pageHeaders(w http.ResponseWriter) {
+	frames := "'none'"
+	if h.domain != "" {
+		frames = "*." + h.domain
+	}
 	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-src "+frames+"; frame-ancestors 'none'; form-action 'self'; base-uri 'none'")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 }
 
@@ -129,7 +135,7 @@ func (h *Handler) page(next http.HandlerFunc) http.Handler {
 			writeError(w, http.StatusInternalServerError, internalMessage)
 			return
 		}
-		pageHeaders(w)
+		h.pageHeaders(w)
 		http.Redirect(w, r, "/dashboard/sign-in", http.StatusSeeOther)
 	})
 }
@@ -213,7 +219,7 @@ func (h *Handler) renderSignIn(w http.ResponseWriter, status int, problem string
 
 // render answers with page t executed with data.
 func (h *Handler) render(w http.ResponseWriter, status int, t *template.Template, data any) {
-	pageHeaders(w)
+	h.pageHeaders(w)
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	if err := t.Execute(w, data); err != nil {

@@ -257,3 +257,17 @@ func TestDashboardFiles(t *testing.T) {
 		})
 	}
 }
+
+// The pages frame nothing but live views, which are under the sandbox
+// domain, and are framed by nobody.
+func TestDashboardFramesOnlyLiveViews(t *testing.T) {
+	h := newHandler(t, newFake())
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, dashboardRequest("GET", "/dashboard/sign-in", "", ""))
+	csp := w.Header().Get("Content-Security-Policy")
+	for _, want := range []string{"frame-src *.example.test;", "frame-ancestors 'none'", "default-src 'self'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("Content-Security-Policy %q lacks %q", csp, want)
+		}
+	}
+}

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict'
 import { chromium } from 'playwright-core'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiFetch, hostUrl, killCreated, mode, runTag, sleep, track, waitFor, websocketRequest } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, apiKey, apiUrl, hostUrl, killCreated, mode, runTag, sleep, track, waitFor, websocketRequest } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -176,6 +176,37 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
     )
     t.diagnostic('takeover link: the typed command ran in the xterm')
     await page.close()
+  })
+
+  test('the dashboard’s detail page shows the view', async (t) => {
+    const context = await browser.newContext({ viewport: { width: 1366, height: 1400 }, ignoreHTTPSErrors: true })
+    const page = await context.newPage()
+    // A frame the page's Content-Security-Policy refuses is a console error.
+    const errors = []
+    page.on('console', (msg) => msg.type() === 'error' && errors.push(`console: ${msg.text()}`))
+    page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
+    await page.goto(`${apiUrl}/dashboard/`)
+    await page.fill('#key', apiKey)
+    await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('button[type=submit]')])
+    await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
+    await page.click('#live-view')
+    const canvas = page.frameLocator('#live-view-frame').locator('#noVNC_container canvas')
+    let shot
+    try {
+      await waitFor(
+        async () => {
+          const png = await canvas.screenshot({ timeout: 5_000 }).catch(() => null) // no frame or canvas yet
+          shot = png && lumaVariance(png)
+          return shot?.variance > 10
+        },
+        { timeoutMs: 45_000, intervalMs: 1000, what: 'the desktop in the dashboard’s live view' }
+      )
+    } finally {
+      t.diagnostic(`live view panel: ${await page.locator('#live-view-status').innerHTML()}; errors: ${errors.join('; ') || 'none'}`)
+    }
+    assert.deepEqual(errors, [])
+    t.diagnostic(`dashboard live view: canvas ${shot.width}x${shot.height}, luma variance ${shot.variance.toFixed(0)}`)
+    await context.close()
   })
 
   test('the router lets a WebSocket through only with a token for that port, and not after expiry', async () => {

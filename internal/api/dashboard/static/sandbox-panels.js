@@ -145,15 +145,21 @@ document.getElementById('live-view').addEventListener('click', async (ev) => {
     const el = document.getElementById('live-view-status')
     el.classList.remove('problem')
     if (!/^https?:/.test(links.url)) {
-      el.textContent = `This server has no sandbox domain: open getHost(6080) + ${links.url}`
+      // The view port is liveview.ViewPort.
+      el.textContent = `This server has no sandbox domain: open getHost(6090) + ${links.url}`
       return
     }
+    const until = new Date(links.expiresAt).toLocaleTimeString()
     const a = document.createElement('a')
     a.href = links.url
     a.target = '_blank'
     a.rel = 'noopener'
-    a.textContent = `Open the live view (until ${new Date(links.expiresAt).toLocaleTimeString()})`
-    el.replaceChildren(a)
+    a.textContent = `Open it in a new tab (view only, until ${until})`
+    const frame = document.createElement('iframe')
+    frame.id = 'live-view-frame'
+    frame.src = links.url
+    frame.title = 'Live view of the sandbox\'s display (view only)'
+    el.replaceChildren(a, frame)
   } catch (err) {
     status(`Live view: ${err.message}`, true, 'live-view-status')
   } finally {
