@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiFetch, killCreated, mode, runTag, sleep, track, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, killCreated, mode, runTag, track, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const REAL = { width: 1024, height: 768 }
@@ -139,11 +139,14 @@ describe(`computer-use executors on a desktop sandbox (${mode} mode)`, { timeout
       assert.match(rec.path, new RegExp(`^/home/user/recordings/rec-[0-9a-f]{16}\\.${format}$`))
       started.push({ format, ...rec })
     }
-    // Something moves while they record; they end by their length, so a
-    // busy host that delays this stop does not lengthen them.
-    const t0 = performance.now()
+    // Something moves while they record. They end by their length: the
+    // stop comes once both ffmpegs have exited, which on a busy host is
+    // well after 5 s (a stop before that would cut them short).
     await sbx.commands.run('for i in $(seq 1 20); do xdotool mousemove $((i*40)) $((i*30)); sleep 0.2; done', { timeoutMs: 20_000 })
-    await sleep(Math.max(0, 6500 - (performance.now() - t0)))
+    await waitFor(
+      async () => (await sbx.commands.run('grep -lx ffmpeg /proc/[0-9]*/comm 2>/dev/null || true')).stdout.trim() === '',
+      { timeoutMs: 30_000, intervalMs: 250, what: 'the recordings to end by their length' }
+    )
     for (const rec of started) {
       const res = await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings/${rec.recordingId}/stop`, { method: 'POST' })
       const stopped = await res.json()

@@ -137,6 +137,14 @@ async function readEgress() {
   return true
 }
 
+// sameSite tells whether host shares the dashboard's parent domain, as
+// sandbox hosts do when the API is served under the sandbox domain
+// (api.example.com beside <port>-<id>.example.com).
+function sameSite(host) {
+  const parent = location.hostname.split('.').slice(1).join('.')
+  return parent.includes('.') && host.endsWith(`.${parent}`)
+}
+
 document.getElementById('live-view').addEventListener('click', async (ev) => {
   ev.target.disabled = true
   status('Starting the live view…', false, 'live-view-status')
@@ -155,6 +163,12 @@ document.getElementById('live-view').addEventListener('click', async (ev) => {
     a.target = '_blank'
     a.rel = 'noopener'
     a.textContent = `Open it in a new tab (view only, until ${until})`
+    if (!sameSite(new URL(links.url).hostname)) {
+      // A page of another site in a frame gets no storage, which the
+      // viewer needs: it opens in a tab of its own.
+      el.replaceChildren(a)
+      return
+    }
     const frame = document.createElement('iframe')
     frame.id = 'live-view-frame'
     frame.src = links.url
