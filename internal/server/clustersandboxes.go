@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -73,7 +74,7 @@ func (c clusterSandboxes) Ended(ctx context.Context, id string) (bool, string, e
 	case sb.State == store.StateRunning || sb.State == store.StatePaused:
 		return false, "", nil
 	}
-	return true, fmt.Sprintf("%s: %s", sb.State, sb.Reason), nil
+	return true, cmp.Or(sb.Reason, string(sb.State)), nil
 }
 
 // Kill implements node.Local.
