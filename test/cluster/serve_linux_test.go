@@ -9,7 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	"github.com/agent-sandbox/agent-sandbox/client"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
@@ -114,43 +113,6 @@ func TestServeNode(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	srv.Stop()
-}
-
-// createSandbox creates Sandbox name with spec, as an API replica does.
-func createSandbox(t *testing.T, rc *rest.RESTClient, name string, spec v1alpha1.SandboxSpec) *v1alpha1.Sandbox {
-	t.Helper()
-	in := &v1alpha1.Sandbox{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sandbox"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec:       spec,
-	}
-	out := new(v1alpha1.Sandbox)
-	if err := rc.Post().Namespace(namespace).Resource(v1alpha1.SandboxResource).Body(in).Do(t.Context()).Into(out); err != nil {
-		t.Fatalf("creating Sandbox %s: %v", name, err)
-	}
-	return out
-}
-
-// waitState polls Sandbox name until its status is state, and returns it
-// with the time since the call; any other end state fails at once.
-func waitState(t *testing.T, rc *rest.RESTClient, name string, state v1alpha1.SandboxState, within time.Duration) (*v1alpha1.Sandbox, time.Duration) {
-	t.Helper()
-	t0 := time.Now()
-	for {
-		o := new(v1alpha1.Sandbox)
-		if err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(name).Do(t.Context()).Into(o); err != nil {
-			t.Fatalf("reading Sandbox %s: %v", name, err)
-		}
-		switch s := o.Status.State; {
-		case s == state:
-			return o, time.Since(t0)
-		case s == v1alpha1.SandboxError || s == v1alpha1.SandboxKilled || s == v1alpha1.SandboxLost:
-			t.Fatalf("Sandbox %s: %s (%s), want %s", name, s, o.Status.Reason, state)
-		case time.Since(t0) > within:
-			t.Fatalf("Sandbox %s: status %+v after %s, want %s", name, o.Status, within, state)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // localSandbox returns the one sandbox the node runs for the object of
