@@ -104,18 +104,19 @@ func (c *sandboxes) sync(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("listing sandboxes of node %s: %w", c.node, err)
 	}
+	objects := make(map[types.UID]string, len(list.Items)) // UID → name
+	for _, o := range list.Items {
+		objects[o.UID] = o.Name
+	}
 	c.held = make(map[types.UID]held)
 	for key, ls := range local {
-		for i := range list.Items {
-			if o := &list.Items[i]; string(o.UID) == key {
-				c.held[o.UID] = held{name: o.Name, id: ls.ID, startedAt: ls.StartedAt}
-			}
+		if name, ok := objects[types.UID(key)]; ok {
+			c.held[types.UID(key)] = held{name: name, id: ls.ID, startedAt: ls.StartedAt}
+			continue
 		}
-		if _, ok := c.held[types.UID(key)]; !ok {
-			c.log.Info("killing a sandbox whose object is gone", "sandbox_id", ls.ID, "uid", key)
-			if err := c.local.Kill(ctx, ls.ID); err != nil {
-				return "", fmt.Errorf("killing sandbox %s, whose object %s is gone: %w", ls.ID, key, err)
-			}
+		c.log.Info("killing a sandbox whose object is gone", "sandbox_id", ls.ID, "uid", key)
+		if err := c.local.Kill(ctx, ls.ID); err != nil {
+			return "", fmt.Errorf("killing sandbox %s, whose object %s is gone: %w", ls.ID, key, err)
 		}
 	}
 	for i := range list.Items {
