@@ -140,7 +140,7 @@ func (c *sandboxes) watch(ctx context.Context, rv string) error {
 		}
 		rv, err = c.events(ctx, w, rv, tick.C)
 		w.Stop()
-		if err != nil || rv == "" {
+		if err != nil || rv == "" || ctx.Err() != nil {
 			return err
 		}
 	}
