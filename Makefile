@@ -46,7 +46,7 @@ test: deps-test build test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery
 ## subtests: TestEgress/jail, .../vm and .../gvisor; TestAttacks/jail_userns_on,
 ## .../jail_userns_off, and .../vm and .../gvisor for the escape and resource
 ## cases (emulated VMs, gVisor's ptrace platform: some two to four minutes each).
-## test/cluster runs in test-cluster, which is not part of test.
+## test/cluster runs in test-cluster.
 test-go:
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v -e /test/security -e /test/recovery -e /test/cluster)
 	$(GO) test -count=1 -timeout 30m -v ./test/security/ 2>&1 | grep -v -e '^=== ' -e 'level=INFO'; exit $${PIPESTATUS[0]}
@@ -116,9 +116,12 @@ kube-tools:
 ## test-cluster: test/cluster against a real kube-apiserver and etcd on
 ## loopback (internal/cluster/kubetest): the kustomize base of
 ## deploy/kubernetes applied server-side, its RBAC role by role, kubectl
-## listing a Sandbox, the node agent's Lease renewed and expiring. About 25 s
-## once kube-tools has built (its first build, on a fresh machine, is some 8 to
-## 10 minutes on 2 cores; then cached).
+## listing a Sandbox, the node agent's Lease renewed and expiring, and a real
+## serve --cluster kubernetes running the Sandboxes placed on it (its data dir
+## seeded with the base template test-sdk built, as test-recovery's). About
+## 40 s once kube-tools has built (its first build, on a fresh machine, is
+## some 8 to 10 minutes on 2 cores; then cached), plus any wait for the host
+## lock.
 test-cluster: deps-test kube-tools
 	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v ./test/cluster/
 

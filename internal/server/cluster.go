@@ -81,7 +81,8 @@ func (c ClusterConfig) kubeConfig() (*rest.Config, error) {
 
 // newNodeAgent is the node agent of a server in cluster mode, nil outside
 // it. It publishes the server's sandbox cap, the host's CPUs and memory,
-// the sandboxes live and the templates built.
+// the sandboxes live and the templates built, and runs the sandboxes
+// placed on the node through the server's manager.
 func (s *Server) newNodeAgent(log *slog.Logger) (*node.Agent, error) {
 	c := s.cfg.Cluster
 	if c.Mode == "" {
@@ -107,6 +108,8 @@ func (s *Server) newNodeAgent(log *slog.Logger) (*node.Agent, error) {
 		Usage:         s.nodeUsage,
 		LeaseDuration: node.DefaultLeaseDuration,
 		RenewInterval: node.DefaultRenewInterval,
+		Local:         clusterSandboxes{manager: s.manager, store: s.store},
+		CheckInterval: node.DefaultCheckInterval,
 	}, log)
 }
 

@@ -39,18 +39,18 @@ func TestVMEnds(t *testing.T) {
 	be := vmBackend
 	be.require(t)
 	srv := newServer(t, be.name)
-	srv.start()
+	srv.Start()
 	ctx := t.Context()
 
 	// First, so that its timeout passes while the others are made.
 	// Its 20 s start after the control, which a busy host's slow boot would
 	// otherwise eat into.
-	expiring := srv.create(client.CreateOptions{Timeout: 10 * time.Minute})
+	expiring := srv.Create(client.CreateOptions{Timeout: 10 * time.Minute})
 	run(t, expiring, "true") // the control: it ran before it expired
 	if err := expiring.SetTimeout(ctx, 20*time.Second); err != nil {
 		t.Fatalf("setting sandbox %s's timeout to 20 s: %v", expiring.ID, err)
 	}
-	neighbour := srv.create(client.CreateOptions{Timeout: 10 * time.Minute})
+	neighbour := srv.Create(client.CreateOptions{Timeout: 10 * time.Minute})
 	want := map[string]end{expiring.ID: {store.StateKilled, store.ReasonTimeout}, neighbour.ID: {store.StateKilled, store.ReasonKilled}}
 	for _, c := range []struct {
 		how    string
@@ -65,16 +65,16 @@ func TestVMEnds(t *testing.T) {
 		}, end{store.StateError, reasonPanic}},
 		{"its QEMU hit its memory limit", func(sb *client.Sandbox) { oomQEMU(t, srv, be, sb) }, end{store.StateKilled, reasonOOM}},
 		{"its QEMU was killed", func(sb *client.Sandbox) {
-			killProcess(t, be.recordedState(t, srv.dataDir, sb.ID))
+			killProcess(t, be.recordedState(t, srv.DataDir, sb.ID))
 		}, end{store.StateError, reasonKilled}},
 	} {
-		sb := srv.create(client.CreateOptions{Timeout: 10 * time.Minute})
+		sb := srv.Create(client.CreateOptions{Timeout: 10 * time.Minute})
 		want[sb.ID] = c.record
 		c.end(sb)
 		if reason, err := srv.ended(sb.ID, 30*time.Second); err != nil || reason != c.record.reason {
 			t.Errorf("sandbox %s, %s: ended %q, %v; want %q", sb.ID, c.how, reason, err, c.record.reason)
 		}
-		t.Logf("the server: %s", srv.logLine("sandbox died", sb.ID))
+		t.Logf("the server: %s", srv.LogLine("sandbox died", sb.ID))
 		if out := run(t, neighbour, "echo alive"); out != "alive\n" {
 			t.Errorf("neighbour %s after sandbox %s ended (%s): echo alive printed %q", neighbour.ID, sb.ID, c.how, out)
 		}
@@ -85,12 +85,12 @@ func TestVMEnds(t *testing.T) {
 		t.Errorf("sandbox %s, given a 20 s timeout: ended %q, %v; want %q", expiring.ID, reason, err, store.ReasonTimeout)
 	}
 
-	if err := srv.client().KillSandbox(ctx, neighbour.ID); err != nil {
+	if err := srv.Client().KillSandbox(ctx, neighbour.ID); err != nil {
 		t.Errorf("killing %s: %v", neighbour.ID, err)
 	}
-	srv.stop()
-	be.assertNothingLeft(t, srv.dataDir, srv.made)
-	assertRecorded(t, srv.dataDir, want)
+	srv.Stop()
+	be.assertNothingLeft(t, srv.DataDir, srv.Made)
+	assertRecorded(t, srv.DataDir, want)
 }
 
 // oomQEMU has the QEMU of sb's VM OOM-killed in its host cgroup. A guest
@@ -103,7 +103,7 @@ func TestVMEnds(t *testing.T) {
 // QEMU must back with pages the group has no room for.
 func oomQEMU(t *testing.T, srv *serverProc, be backend, sb *client.Sandbox) {
 	t.Helper()
-	st := be.recordedState(t, srv.dataDir, sb.ID)
+	st := be.recordedState(t, srv.DataDir, sb.ID)
 	name := be.cgroup(sb.ID)
 	// The control: the limit lowered is QEMU's own.
 	if pids := procsIn(t, name); !slices.Equal(pids, []int{st.Pid}) {

@@ -1,7 +1,6 @@
 package recovery
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -21,6 +20,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox/sandboxtest"
 	"github.com/agent-sandbox/agent-sandbox/internal/server"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv/servertest"
 )
 
 // The host paths serve's backends use by default (jail.Config, vm.Config):
@@ -197,7 +197,7 @@ func (be backend) assertGone(t *testing.T, dataDir, id string) {
 			t.Errorf("sandbox %s: uid range %s is still reserved", id, r.Name())
 		}
 	}
-	if ms := mountsMentioning(t, id); len(ms) > 0 {
+	if ms := servertest.MountsMentioning(t, id); len(ms) > 0 {
 		t.Errorf("sandbox %s: mounts left: %v", id, ms)
 	}
 }
@@ -268,23 +268,4 @@ func assertPoolEmpty(t *testing.T) {
 			t.Errorf("veth of %s (%s) is left in the test's pool", id, a.Gateway)
 		}
 	}
-}
-
-// mountsMentioning returns the host mounts whose mount point or source
-// contains s.
-func mountsMentioning(t *testing.T, s string) []string {
-	t.Helper()
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var ms []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.Contains(sc.Text(), s) {
-			ms = append(ms, sc.Text())
-		}
-	}
-	return ms
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/client"
 	"github.com/agent-sandbox/agent-sandbox/internal/mountinfo"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv/servertest"
 )
 
 // TestCrashKeepsSnapshotsAndVolumes takes a snapshot, writes a volume
@@ -29,10 +30,10 @@ import (
 func TestCrashKeepsSnapshotsAndVolumes(t *testing.T) {
 	testenv.RequireRoot(t)
 	srv := newServer(t, jailBackend.name)
-	srv.start()
-	c := srv.client()
+	srv.Start()
+	c := srv.Client()
 	ctx := t.Context()
-	tag := randomHex(t, 6)
+	tag := servertest.RandomHex(t, 6)
 
 	src, err := c.CreateSandbox(ctx, client.CreateOptions{Timeout: 10 * time.Minute})
 	if err != nil {
@@ -67,8 +68,8 @@ func TestCrashKeepsSnapshotsAndVolumes(t *testing.T) {
 	run(t, paused, "echo kept > /home/user/paused")
 	srv.api(http.MethodPost, "/sandboxes/"+paused.ID+"/pause", `{"memory":false}`, http.StatusNoContent, nil)
 
-	srv.kill9()
-	srv.start()
+	srv.Kill9()
+	srv.Start()
 
 	fromSnap, err := c.CreateSandbox(ctx, client.CreateOptions{Template: snap.SnapshotID, Timeout: 5 * time.Minute})
 	if err != nil {
@@ -102,12 +103,12 @@ func TestCrashKeepsSnapshotsAndVolumes(t *testing.T) {
 	}
 	srv.api(http.MethodDelete, "/templates/"+url.PathEscape(snap.SnapshotID), "", http.StatusNoContent, nil)
 	srv.api(http.MethodDelete, "/volumes/"+vol.VolumeID, "", http.StatusNoContent, nil)
-	srv.stop()
-	if ms := mountsMentioning(t, vol.VolumeID); len(ms) > 0 {
+	srv.Stop()
+	if ms := servertest.MountsMentioning(t, vol.VolumeID); len(ms) > 0 {
 		t.Errorf("the volume is still mounted: %v", ms)
 	}
 	for _, dir := range []string{"snapshots", "volumes"} {
-		if entries, err := os.ReadDir(filepath.Join(srv.dataDir, dir)); err != nil && !errors.Is(err, os.ErrNotExist) || len(entries) > 0 {
+		if entries, err := os.ReadDir(filepath.Join(srv.DataDir, dir)); err != nil && !errors.Is(err, os.ErrNotExist) || len(entries) > 0 {
 			t.Errorf("left in %s: %v %v", dir, entries, err)
 		}
 	}
@@ -117,11 +118,11 @@ func TestCrashKeepsSnapshotsAndVolumes(t *testing.T) {
 // answer into out, failing the test unless it has status want.
 func (s *serverProc) api(method, path, body string, want int, out any) {
 	s.t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.listen+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, "http://"+s.Listen+path, strings.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	req.Header.Set("X-API-Key", s.apiKey)
+	req.Header.Set("X-API-Key", s.APIKey)
 	req.Header.Set("Content-Type", "application/json")
 	if got := s.send(req, want); out != nil {
 		if err := json.Unmarshal([]byte(got), out); err != nil {
@@ -134,7 +135,7 @@ func (s *serverProc) api(method, path, body string, want int, out any) {
 // returns the body, failing the test unless it has status want.
 func (s *serverProc) content(volumeID, token, method, route, body string, want int) string {
 	s.t.Helper()
-	req, err := http.NewRequest(method, "http://"+s.listen+"/volumecontent/"+volumeID+route, strings.NewReader(body))
+	req, err := http.NewRequest(method, "http://"+s.Listen+"/volumecontent/"+volumeID+route, strings.NewReader(body))
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/client"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+	"github.com/agent-sandbox/agent-sandbox/internal/testenv/servertest"
 )
 
 // keptFile is written in the first sandbox before the crash and read back
@@ -50,13 +51,13 @@ func crashRecovery(t *testing.T, be backend) {
 		be.require(t)
 	}
 	srv := newServer(t, be.name)
-	srv.start()
-	c := srv.client()
+	srv.Start()
+	c := srv.Client()
 	ctx := t.Context()
-	tag := randomHex(t, 6)
+	tag := servertest.RandomHex(t, 6)
 	var all []*box
 	for i := range 4 {
-		sb := srv.create(client.CreateOptions{Timeout: 15 * time.Minute, Metadata: map[string]string{"recoveryTest": tag}})
+		sb := srv.Create(client.CreateOptions{Timeout: 15 * time.Minute, Metadata: map[string]string{"recoveryTest": tag}})
 		b := &box{id: sb.ID}
 		all = append(all, b)
 		b.sleepPid = strings.TrimSpace(run(t, sb, "setsid sleep 3600 </dev/null >/dev/null 2>&1 & echo $!"))
@@ -77,9 +78,9 @@ func crashRecovery(t *testing.T, be backend) {
 		t.Fatalf("before the crash the server lists %v, want %v", got, ids(all))
 	}
 
-	srv.kill9()
+	srv.Kill9()
 	for _, b := range all {
-		b.state = be.recordedState(t, srv.dataDir, b.id)
+		b.state = be.recordedState(t, srv.DataDir, b.id)
 		if !addressPool.Contains(b.state.Gateway) {
 			t.Errorf("sandbox %s: gateway %s, outside --address-pool %s", b.id, b.state.Gateway, addressPool)
 		}
@@ -87,14 +88,14 @@ func crashRecovery(t *testing.T, be backend) {
 	// What the backend had on disk when the server died: its sandboxes and,
 	// on the vm, a VM a memory snapshot was being made from, if any; the
 	// restarted server owns them all.
-	left := be.onDisk(t, srv.dataDir)
+	left := be.onDisk(t, srv.DataDir)
 	for _, b := range lost {
 		killProcess(t, b.state)
 	}
 	t.Logf("killed the server (SIGKILL) and, while it was down, the processes of %v (%s backend); on disk: %v", ids(lost), be.name, left)
 
-	srv.start()
-	t.Logf("the restarted server: %s", srv.logLine("reconciled sandboxes"))
+	srv.Start()
+	t.Logf("the restarted server: %s", srv.LogLine("reconciled sandboxes"))
 	if got := listed(t, c, tag); !slices.Equal(got, ids(keep)) {
 		t.Errorf("after the restart the server lists %v, want the survivors %v", got, ids(keep))
 	}
@@ -110,7 +111,7 @@ func crashRecovery(t *testing.T, be backend) {
 		if got := procStartTime(t, sb, b.sleepPid); got != b.sleepTime {
 			t.Errorf("sandbox %s: pid %s started at %s before the crash, at %s now: not the same sleep", b.id, b.sleepPid, b.sleepTime, got)
 		}
-		if got := be.recordedState(t, srv.dataDir, b.id); got != b.state || !alive(got) {
+		if got := be.recordedState(t, srv.DataDir, b.id); got != b.state || !alive(got) {
 			t.Errorf("sandbox %s: backend state %+v after the restart (alive %v), %+v before: not adopted", b.id, got, alive(got), b.state)
 		}
 		if b == keep[0] {
@@ -124,7 +125,7 @@ func crashRecovery(t *testing.T, be backend) {
 		if reason, err := srv.ended(b.id, 0); err != nil || reason != reasonLost {
 			t.Errorf("GET /sandboxes/%s of a sandbox that died while the server was down: ended %q, %v; want ended %q", b.id, reason, err, reasonLost)
 		}
-		be.assertGone(t, srv.dataDir, b.id)
+		be.assertGone(t, srv.DataDir, b.id)
 	}
 
 	for _, b := range keep {
@@ -132,8 +133,8 @@ func crashRecovery(t *testing.T, be backend) {
 			t.Errorf("killing %s: %v", b.id, err)
 		}
 	}
-	srv.stop()
-	be.assertNothingLeft(t, srv.dataDir, slices.Compact(slices.Sorted(slices.Values(append(ids(all), left...)))))
+	srv.Stop()
+	be.assertNothingLeft(t, srv.DataDir, slices.Compact(slices.Sorted(slices.Values(append(ids(all), left...)))))
 	want := map[string]end{}
 	for _, b := range keep {
 		want[b.id] = end{store.StateKilled, store.ReasonKilled}
@@ -141,7 +142,7 @@ func crashRecovery(t *testing.T, be backend) {
 	for _, b := range lost {
 		want[b.id] = end{store.StateKilled, reasonLost}
 	}
-	assertRecorded(t, srv.dataDir, want)
+	assertRecorded(t, srv.DataDir, want)
 }
 
 func ids(bs []*box) []string {

@@ -46,6 +46,13 @@ type Config struct {
 
 	LeaseDuration time.Duration
 	RenewInterval time.Duration
+
+	// Local runs the sandboxes placed on the node (Sandbox objects whose
+	// spec.node is Name); nil, the agent keeps the heartbeat alone.
+	Local Local
+	// CheckInterval is how often the sandboxes reported Running are
+	// checked for an end (a timeout, a kill through the node's own API).
+	CheckInterval time.Duration
 }
 
 // Validate names the first field that cannot work.
@@ -63,11 +70,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("node agent: lease duration %s: want at least 1s", c.LeaseDuration)
 	case c.RenewInterval <= 0 || c.RenewInterval >= c.LeaseDuration:
 		return fmt.Errorf("node agent: renew interval %s: want more than 0 and less than the lease duration %s", c.RenewInterval, c.LeaseDuration)
+	case c.Local != nil && c.CheckInterval <= 0:
+		return fmt.Errorf("node agent: check interval %s: want more than 0", c.CheckInterval)
 	}
 	return nil
 }
 
-// Agent keeps one node's Lease and SandboxNode. Run it once.
+// Agent keeps one node's Lease and SandboxNode, and runs the sandboxes
+// placed on it. Run it once.
 type Agent struct {
 	cfg    Config
 	leases *rest.RESTClient // coordination.k8s.io/v1
@@ -76,6 +86,7 @@ type Agent struct {
 
 	lease     *coordinationv1.Lease // the last one written, for its resourceVersion
 	published *v1alpha1.SandboxNode // the last one written
+	sandboxes *sandboxes            // nil without Config.Local
 }
 
 // New is an agent talking to the API server of kube.
@@ -91,24 +102,37 @@ func New(kube *rest.Config, cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{
+	a := &Agent{
 		cfg:    cfg,
 		leases: leases,
 		nodes:  nodes,
 		log:    log.With("node", cfg.Name),
-	}, nil
+	}
+	if cfg.Local != nil {
+		a.sandboxes = &sandboxes{client: nodes, namespace: cfg.Namespace, node: cfg.Name, local: cfg.Local, check: cfg.CheckInterval, log: a.log}
+	}
+	return a, nil
 }
 
 // Run renews the Lease and publishes the SandboxNode every RenewInterval
-// until ctx ends. A failed round is logged and tried again at the next
-// tick: an API server away for less than the lease duration costs nothing.
-// It returns an error only when the first round fails, so that a
-// misconfigured agent (no RBAC, wrong namespace) stops at start.
+// until ctx ends, and, with Config.Local, runs the sandboxes placed on the
+// node. A failed round is logged and tried again at the next tick: an API
+// server away for less than the lease duration costs nothing. It returns
+// an error only when the first round fails, so that a misconfigured agent
+// (no RBAC, wrong namespace) stops at start.
 func (a *Agent) Run(ctx context.Context) error {
 	// The first round has no Lease to keep alive yet, and may meet an API
 	// server slow at its first write of a kind (over a second here).
 	if err := a.round(ctx, a.cfg.LeaseDuration); err != nil {
 		return err
+	}
+	if a.sandboxes != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			a.sandboxes.run(ctx)
+		}()
+		defer func() { <-done }()
 	}
 	tick := time.NewTicker(a.cfg.RenewInterval)
 	defer tick.Stop()

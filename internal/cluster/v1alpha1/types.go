@@ -30,14 +30,16 @@ type SandboxSpec struct {
 // SandboxState is where a sandbox is in its life.
 type SandboxState string
 
-// The states a node agent reports; Lost is set by the control plane for the
-// sandboxes of a node whose Lease expired.
+// The states a node agent reports (Error: the create failed, Reason says
+// why); Lost is set by the control plane for the sandboxes of a node whose
+// Lease expired.
 const (
 	SandboxPending SandboxState = "Pending"
 	SandboxRunning SandboxState = "Running"
 	SandboxPaused  SandboxState = "Paused"
 	SandboxKilled  SandboxState = "Killed"
 	SandboxLost    SandboxState = "Lost"
+	SandboxError   SandboxState = "Error"
 )
 
 // SandboxStatus is what the node holding the sandbox reports.
@@ -45,7 +47,7 @@ type SandboxStatus struct {
 	State SandboxState `json:"state,omitempty"`
 	// Node is the node that reported this status.
 	Node string `json:"node,omitempty"`
-	// Reason says why the sandbox is in State, for Killed and Lost.
+	// Reason says why the sandbox is in State, for Killed, Lost and Error.
 	Reason    string       `json:"reason,omitempty"`
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 }

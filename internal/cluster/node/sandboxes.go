@@ -1,0 +1,293 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
+)
+
+// Local is the node's own sandboxes, as the agent drives them for the
+// Sandbox objects placed on it. Each local sandbox made for an object
+// carries the object's UID as its key, so that an agent that restarts
+// adopts it rather than creating it twice.
+type Local interface {
+	// Held returns the live local sandboxes made for objects, by key.
+	Held(ctx context.Context) (map[string]LocalSandbox, error)
+	// Create starts a sandbox for the object whose UID is key.
+	Create(ctx context.Context, key string, spec v1alpha1.SandboxSpec) (LocalSandbox, error)
+	// Ended says whether sandbox id no longer runs, and why.
+	Ended(ctx context.Context, id string) (ended bool, reason string, err error)
+	// Kill kills sandbox id; one already gone is no error.
+	Kill(ctx context.Context, id string) error
+}
+
+// LocalSandbox is one sandbox of the node.
+type LocalSandbox struct {
+	ID        string
+	StartedAt time.Time
+}
+
+// DefaultCheckInterval is how often the agent checks that the sandboxes it
+// reported Running still run.
+const DefaultCheckInterval = time.Second
+
+// held is a local sandbox the agent runs for an object.
+type held struct {
+	name      string // the object's
+	id        string // the local sandbox's
+	startedAt time.Time
+}
+
+// sandboxes acts on the Sandbox objects whose spec.node is this node: it
+// lists and watches them (resuming from the last resourceVersion, listing
+// again when that is too old), creates and kills the local sandboxes, and
+// writes their status. Objects are handled one at a time, in the order the
+// API server sends them.
+type sandboxes struct {
+	client    *rest.RESTClient
+	namespace string
+	node      string
+	local     Local
+	check     time.Duration
+	log       *slog.Logger
+
+	// held is owned by run's goroutine: the objects whose local sandbox
+	// this agent reported Running, by UID.
+	held map[types.UID]held
+}
+
+// run keeps the node's sandboxes in line with their objects until ctx
+// ends; API-server errors are logged and retried.
+func (c *sandboxes) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		rv, err := c.sync(ctx)
+		if err == nil {
+			err = c.watch(ctx, rv)
+		}
+		if err != nil && ctx.Err() == nil {
+			c.log.Warn("watching the node's sandboxes", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// selector is the node's sandboxes: the CRD makes spec.node selectable.
+func (c *sandboxes) selector() string { return "spec.node=" + c.node }
+
+// sync lists the node's objects and acts on each, and kills the local
+// sandboxes of objects that are gone (deleted while the agent was down).
+// It returns the list's resourceVersion, where the watch starts.
+func (c *sandboxes) sync(ctx context.Context) (string, error) {
+	local, err := c.local.Held(ctx)
+	if err != nil {
+		return "", fmt.Errorf("listing the local sandboxes: %w", err)
+	}
+	var list v1alpha1.SandboxList
+	err = c.client.Get().Namespace(c.namespace).Resource(v1alpha1.SandboxResource).
+		VersionedParams(&metav1.ListOptions{FieldSelector: c.selector()}, metav1.ParameterCodec).
+		Do(ctx).Into(&list)
+	if err != nil {
+		return "", fmt.Errorf("listing sandboxes of node %s: %w", c.node, err)
+	}
+	objects := make(map[types.UID]string, len(list.Items)) // UID → name
+	for _, o := range list.Items {
+		objects[o.UID] = o.Name
+	}
+	c.held = make(map[types.UID]held)
+	for key, ls := range local {
+		if name, ok := objects[types.UID(key)]; ok {
+			c.held[types.UID(key)] = held{name: name, id: ls.ID, startedAt: ls.StartedAt}
+			continue
+		}
+		c.log.Info("killing a sandbox whose object is gone", "sandbox_id", ls.ID, "uid", key)
+		if err := c.local.Kill(ctx, ls.ID); err != nil {
+			return "", fmt.Errorf("killing sandbox %s, whose object %s is gone: %w", ls.ID, key, err)
+		}
+	}
+	for i := range list.Items {
+		c.reconcile(ctx, &list.Items[i])
+	}
+	return list.ResourceVersion, nil
+}
+
+// watch acts on the node's objects as they change, from resourceVersion
+// rv, and checks the held sandboxes every check interval. It returns nil
+// when the watch must start again from a fresh list (rv too old).
+func (c *sandboxes) watch(ctx context.Context, rv string) error {
+	tick := time.NewTicker(c.check)
+	defer tick.Stop()
+	for {
+		w, err := c.client.Get().Namespace(c.namespace).Resource(v1alpha1.SandboxResource).
+			VersionedParams(&metav1.ListOptions{FieldSelector: c.selector(), ResourceVersion: rv, Watch: true, AllowWatchBookmarks: true}, metav1.ParameterCodec).
+			Watch(ctx)
+		if err != nil {
+			return fmt.Errorf("watching sandboxes of node %s from %s: %w", c.node, rv, err)
+		}
+		rv, err = c.events(ctx, w, rv, tick.C)
+		w.Stop()
+		if err != nil || rv == "" || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// events handles one watch's events until it closes; it returns the last
+// resourceVersion seen, "" when the watch expired and a list is due.
+func (c *sandboxes) events(ctx context.Context, w watch.Interface, rv string, tick <-chan time.Time) (string, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return rv, nil
+		case <-tick:
+			c.checkHeld(ctx)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return rv, nil // the server ends watches now and then: go on from rv
+			}
+			if ev.Type == watch.Error {
+				status := apierrors.FromObject(ev.Object)
+				if apierrors.IsResourceExpired(status) || apierrors.IsGone(status) {
+					return "", nil
+				}
+				return "", fmt.Errorf("watching sandboxes of node %s: %w", c.node, status)
+			}
+			o, isSandbox := ev.Object.(*v1alpha1.Sandbox)
+			if !isSandbox {
+				return "", fmt.Errorf("watching sandboxes of node %s: a %s event of %T", c.node, ev.Type, ev.Object)
+			}
+			rv = o.ResourceVersion
+			switch ev.Type {
+			case watch.Added, watch.Modified:
+				c.reconcile(ctx, o)
+			case watch.Deleted:
+				c.deleted(ctx, o)
+			}
+		}
+	}
+}
+
+// reconcile brings the local sandbox of o, and o's status, in line with
+// o: a sandbox created for a new object and reported Running (as is one
+// adopted at sync, which a previous agent made), one killed for an object
+// marked ended.
+func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
+	log := c.log.With("sandbox", o.Name, "uid", o.UID)
+	h, isHeld := c.held[o.UID]
+	switch o.Status.State {
+	case v1alpha1.SandboxKilled, v1alpha1.SandboxLost, v1alpha1.SandboxError:
+		if isHeld {
+			log.Info("killing the sandbox of an object marked ended", "sandbox_id", h.id, "state", o.Status.State)
+			if err := c.local.Kill(ctx, h.id); err != nil {
+				log.Warn("killing the sandbox of an object marked ended", "sandbox_id", h.id, "err", err)
+				return
+			}
+			delete(c.held, o.UID)
+		}
+		return
+	}
+	switch {
+	case isHeld:
+		// Adopted, or a status write that failed: say so unless the
+		// object says it already.
+		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node {
+			c.setStatus(ctx, o.Name, running(c.node, h.startedAt), log)
+		}
+	case o.Status.State == v1alpha1.SandboxRunning:
+		// Running once, yet not on this node now: it ended while the
+		// agent was down and its record is gone.
+		c.setStatus(ctx, o.Name, ended(v1alpha1.SandboxKilled, c.node, "not found on node "+c.node), log)
+	default:
+		t0 := time.Now()
+		ls, err := c.local.Create(ctx, string(o.UID), o.Spec)
+		if err != nil {
+			log.Warn("creating the sandbox of an object", "err", err)
+			c.setStatus(ctx, o.Name, ended(v1alpha1.SandboxError, c.node, err.Error()), log)
+			return
+		}
+		c.held[o.UID] = held{name: o.Name, id: ls.ID, startedAt: ls.StartedAt}
+		log.Info("sandbox created for its object", "sandbox_id", ls.ID, "took", time.Since(t0).Round(time.Millisecond))
+		c.setStatus(ctx, o.Name, running(c.node, ls.StartedAt), log)
+	}
+}
+
+// deleted kills the local sandbox of a deleted object.
+func (c *sandboxes) deleted(ctx context.Context, o *v1alpha1.Sandbox) {
+	h, ok := c.held[o.UID]
+	if !ok {
+		return
+	}
+	delete(c.held, o.UID)
+	if err := c.local.Kill(ctx, h.id); err != nil {
+		c.log.Warn("killing the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.id, "err", err)
+		return
+	}
+	c.log.Info("killed the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.id)
+}
+
+// checkHeld marks Killed, with the local reason, the objects whose local
+// sandbox ended (its timeout, a kill through the node's own API).
+func (c *sandboxes) checkHeld(ctx context.Context) {
+	for uid, h := range c.held {
+		gone, reason, err := c.local.Ended(ctx, h.id)
+		if err != nil {
+			c.log.Warn("checking a held sandbox", "sandbox_id", h.id, "err", err)
+			continue
+		}
+		if !gone {
+			continue
+		}
+		log := c.log.With("sandbox", h.name, "uid", uid, "sandbox_id", h.id)
+		if c.setStatus(ctx, h.name, ended(v1alpha1.SandboxKilled, c.node, reason), log) {
+			delete(c.held, uid)
+		}
+	}
+}
+
+// running and ended are status patches: a JSON merge patch of the status
+// subresource, which needs no resourceVersion and so meets no conflict
+// with the API replicas' writes of spec or metadata. A nil value clears.
+func running(node string, startedAt time.Time) map[string]any {
+	return map[string]any{"state": v1alpha1.SandboxRunning, "node": node, "reason": nil, "startedAt": metav1.NewTime(startedAt)}
+}
+
+func ended(state v1alpha1.SandboxState, node, reason string) map[string]any {
+	return map[string]any{"state": state, "node": node, "reason": reason}
+}
+
+// setStatus writes status to object name's status and says whether it did;
+// an object deleted meanwhile counts as written.
+func (c *sandboxes) setStatus(ctx context.Context, name string, status map[string]any, log *slog.Logger) bool {
+	body, err := json.Marshal(map[string]any{"status": status})
+	if err != nil {
+		log.Error("encoding a sandbox status", "err", err)
+		return false
+	}
+	err = c.client.Patch(types.MergePatchType).Namespace(c.namespace).Resource(v1alpha1.SandboxResource).Name(name).SubResource("status").
+		Body(body).Do(ctx).Error()
+	var se *apierrors.StatusError
+	switch {
+	case err == nil:
+		log.Info("sandbox status written", "state", status["state"])
+		return true
+	case errors.As(err, &se) && se.Status().Code == http.StatusNotFound:
+		return true
+	default:
+		log.Warn("writing the sandbox status", "state", status["state"], "err", err)
+		return false
+	}
+}
