@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -315,5 +317,47 @@ func TestListDir(t *testing.T) {
 	}
 	if _, err := sb.ListDir(t.Context(), dir+"/missing", 1, FileOptions{}); !errors.Is(err, ErrNotFound) {
 		t.Errorf("ListDir of a missing directory: %v, want ErrNotFound", err)
+	}
+}
+
+// TestReadFileLength reads bodies with and without a Content-Length, and
+// one cut short of it, which must fail rather than come back short.
+func TestReadFileLength(t *testing.T) {
+	const body = "0123456789"
+	for _, tc := range []struct {
+		name    string
+		handler http.HandlerFunc
+		want    string
+		wantErr bool
+	}{
+		{"length", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Length", "10")
+			io.WriteString(w, body)
+		}, body, false},
+		{"chunked", func(w http.ResponseWriter, _ *http.Request) {
+			io.WriteString(w, body[:5])
+			w.(http.Flusher).Flush()
+			io.WriteString(w, body[5:])
+		}, body, false},
+		{"short", func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Length", "20")
+			io.WriteString(w, body)
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(tc.handler)
+			defer srv.Close()
+			res, err := http.Get(srv.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer res.Body.Close()
+			got, err := readBody(res)
+			if (err != nil) != tc.wantErr || string(got) != tc.want {
+				t.Errorf("readBody = %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
 	}
 }

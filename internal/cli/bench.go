@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/pprofserve"
+
 	"github.com/agent-sandbox/agent-sandbox/bench"
 )
 
@@ -59,6 +61,13 @@ host. The table goes to stdout, progress to stderr.`,
 		fs.IntVar(&opts.MaxIdle, "max-idle", 0, "most idle sandboxes the density figure starts (default 1000; --quick 10)")
 		fs.Func("only", "measure only these figure `GROUPS`, comma-separated: "+strings.Join(bench.Groups, ", ")+" (default all)", func(s string) error {
 			opts.Only = strings.Split(s, ",")
+			return nil
+		})
+		fs.Func("server-pprof", "start the servers it starts with --pprof `IP:PORT` (loopback), one after another on that address, to take Go profiles of a group while it runs (go tool pprof http://IP:PORT/debug/pprof/profile?seconds=N)", func(addr string) error {
+			if err := pprofserve.CheckAddr(addr); err != nil {
+				return err
+			}
+			opts.ServeArgs = append(opts.ServeArgs, "--pprof", addr)
 			return nil
 		})
 		jsonOut := fs.String("json", "", "also write the report as JSON to `FILE` (- for stdout, the table then goes to stderr)")

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/pprofserve"
+
 	"github.com/agent-sandbox/agent-sandbox/internal/bytesize"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
@@ -120,9 +122,15 @@ Environment:
 		fs.Var(&templates, "templates", "built-in `TEMPLATES` to build in the background once the server is up, besides base (comma-separated: code-interpreter-v1, desktop, browser); the others are built on first use")
 		addClusterFlags(fs, &cfg.Cluster)
 		debug := fs.Bool("debug", false, "log at debug level")
+		pprofAddr := fs.String("pprof", "", "serve Go's runtime profiles (net/http/pprof: CPU, heap, goroutines) at http://`IP:PORT`/debug/pprof/, a loopback address only, e.g. 127.0.0.1:6060; default: off")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) > 0 {
 				return fmt.Errorf("unexpected argument %q", args[0])
+			}
+			if *pprofAddr != "" {
+				if err := pprofserve.CheckAddr(*pprofAddr); err != nil {
+					return err
+				}
 			}
 			cfg.Templates = templates
 			cfg.Registries = registries
@@ -140,6 +148,11 @@ Environment:
 				level = slog.LevelDebug
 			}
 			log := slog.New(slog.NewTextHandler(std.stderr, &slog.HandlerOptions{Level: level}))
+			if *pprofAddr != "" {
+				if err := pprofserve.Start(ctx, *pprofAddr, log); err != nil {
+					return err
+				}
+			}
 			cfg.Version = version
 			srv, err := server.New(ctx, cfg, log, std.stderr)
 			if err != nil {

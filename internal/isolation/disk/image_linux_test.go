@@ -9,9 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // TestMakerCopiesMkfs checks that an image written from the kept data of
@@ -91,4 +93,42 @@ func BenchmarkMake(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestMountOptions mounts an image and reads its options back: a rewrite
+// of a truncated file must not start writeback on close (noauto_da_alloc).
+func TestMountOptions(t *testing.T) {
+	_, err := exec.LookPath("mkfs.ext4")
+	testenv.Require(t, err == nil, "test needs mkfs.ext4 (apt-get install e2fsprogs)")
+	testenv.Require(t, os.Geteuid() == 0, "test needs root to mount")
+	dir := t.TempDir()
+	image, mnt := filepath.Join(dir, "disk.ext4"), filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var d Maker
+	if err := d.Make(context.Background(), image, 64); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Mount(image, mnt, unix.MS_NODEV); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmounting %s: %v", mnt, err)
+		}
+	})
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(info)) {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == mnt {
+			if !strings.Contains(line, "noauto_da_alloc") {
+				t.Errorf("mount of %s lacks noauto_da_alloc: %s", mnt, line)
+			}
+			return
+		}
+	}
+	t.Fatalf("no mount at %s in /proc/self/mountinfo", mnt)
 }

@@ -14,9 +14,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// mountOptions are the ext4 options of every disk. noauto_da_alloc: by
+// default ext4 starts writeback of a file truncated to zero when it is
+// closed after a rewrite (its guard for editors that replace a file in
+// place without fsync), and the next truncation of that file waits until
+// the writeback through the loop device is done: a second overwrite of a
+// 100 MiB file in /files' open with O_TRUNC waited 0.75 s (strace of
+// envd), taking uploads from ~1000 to ~120 MB/s. The guard only narrows
+// what a crash of the host loses of a file replaced without fsync; fsync
+// works as before, and an unmount (a sandbox's stop) writes everything.
+const mountOptions = "noauto_da_alloc"
+
 // Mount attaches the image to a free loop device that detaches itself
-// once unmounted, and mounts it at dir with flags. It returns the
-// device's number, which the host's I/O limits name.
+// once unmounted, and mounts it at dir with flags and mountOptions. It
+// returns the device's number, which the host's I/O limits name.
 func Mount(image, dir string, flags uintptr) (uint64, error) {
 	img, err := os.OpenFile(image, os.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -56,7 +67,7 @@ func Mount(image, dir string, flags uintptr) (uint64, error) {
 		}
 		// With AUTOCLEAR the device detaches at its last close, so it stays
 		// open until the mount holds it.
-		err = unix.Mount(dev.Name(), dir, "ext4", flags, "")
+		err = unix.Mount(dev.Name(), dir, "ext4", flags, mountOptions)
 		dev.Close()
 		if err != nil {
 			return 0, fmt.Errorf("mounting %s at %s: %w", dev.Name(), dir, err)
