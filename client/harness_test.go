@@ -152,11 +152,13 @@ type routedEnvd struct {
 
 	mu      sync.Mutex
 	headers []http.Header // of every request
+	// handler may be wrapped by a test, under mu.
 }
 
 func (e *routedEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.headers = append(e.headers, r.Header.Clone())
+	handler := e.handler
 	e.mu.Unlock()
 	if got := r.Header.Get("E2b-Sandbox-Id"); got != e.id {
 		e.t.Errorf("%s %s: E2b-Sandbox-Id = %q, want %q", r.Method, r.URL.Path, got, e.id)
@@ -168,7 +170,7 @@ func (e *routedEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, 502, "bad port")
 		return
 	}
-	e.handler.ServeHTTP(w, r)
+	handler.ServeHTTP(w, r)
 }
 
 // requestHeaders returns the headers of every request so far.

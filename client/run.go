@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
@@ -110,6 +111,9 @@ func (s *Sandbox) run(ctx context.Context, cmd string, opts RunOptions) (int, er
 			stderr.write(d.GetStderr())
 		}
 		if end := ev.GetEnd(); end != nil {
+			if !end.GetExited() && atDeadline(ctx) {
+				return -1, fmt.Errorf("process %d: killed by envd at the deadline: %w", pid, context.DeadlineExceeded)
+			}
 			// The trailer follows; the result is known.
 			return int(end.GetExitCode()), errors.Join(stdout.err, stderr.err)
 		}
@@ -127,6 +131,19 @@ func (s *Sandbox) run(ctx context.Context, cmd string, opts RunOptions) (int, er
 		return -1, fmt.Errorf("process %d: %w", pid, ctx.Err())
 	}
 	return -1, fmt.Errorf("process %d: %w", pid, envdError(err))
+}
+
+// deadlineSlack is how early envd's kill at a command's deadline may
+// reach Run: Connect sends the deadline as a timeout in whole
+// milliseconds, which envd counts from when the request reached it.
+const deadlineSlack = 50 * time.Millisecond
+
+// atDeadline reports whether ctx's deadline has passed or is within
+// deadlineSlack: a command that envd killed then was ended by the
+// deadline, which Run reports as such, not as a signal's exit code.
+func atDeadline(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ok && time.Until(d) < deadlineSlack
 }
 
 // startStream is what Start and Connect return.

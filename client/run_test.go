@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -150,6 +151,31 @@ func TestRunDeadline(t *testing.T) {
 	}
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("Run took %v after a 300ms deadline", d)
+	}
+}
+
+// TestRunKilledJustBeforeTheDeadline: envd counts a command's timeout
+// from when the request reached it, in the whole milliseconds Connect
+// sends, so its kill at the deadline can reach Run just before ctx
+// expires. Run reports the deadline then, not the kill's exit code; here
+// envd is told a timeout 20 ms shorter, so that this always happens.
+func TestRunKilledJustBeforeTheDeadline(t *testing.T) {
+	h := newHarness(t)
+	h.envd.mu.Lock()
+	inner := h.envd.handler
+	h.envd.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ms, err := strconv.Atoi(r.Header.Get("Connect-Timeout-Ms")); err == nil && ms > 20 {
+			r.Header.Set("Connect-Timeout-Ms", strconv.Itoa(ms-20))
+		}
+		inner.ServeHTTP(w, r)
+	})
+	h.envd.mu.Unlock()
+	sb := h.sandbox(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	code, err := sb.Run(ctx, "sleep 30", RunOptions{})
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run killed at its deadline = %d, %v; want context.DeadlineExceeded", code, err)
 	}
 }
 

@@ -16,7 +16,7 @@ import { join } from 'node:path'
 import { chromium } from 'playwright-core'
 import { Template } from 'e2b'
 
-import { apiFetch, apiKey, apiUrl, createSandbox, killCreated, mode, RUN_META_KEY, runTag, waitFor } from './helpers.mjs'
+import { apiFetch, apiKey, apiUrl, createSandbox, killCreated, mode, runTag, waitFor } from './helpers.mjs'
 
 /** Debian's chromium, which scripts/install-deps.sh --test installs. */
 const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
@@ -38,9 +38,13 @@ after(killCreated)
  * ERR_NETWORK_CHANGED, which it logs; the page sends the kill again
  * (sandbox.js). That is this host's network changing, not the page.
  */
+/** The metadata key of this file's own two sandboxes. */
+const LIST_META_KEY = 'sdkTestDashboard'
+
+const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
+
 function watchErrors(page) {
   const errors = []
-  const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
   // Leaving a page cancels its requests in flight (the list's metrics
   // calls when the test goes to another page): ERR_ABORTED, no console
   // error.
@@ -67,7 +71,10 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
   let browser
 
   before(async () => {
-    ;[{ sbx }, { sbx: other }] = await Promise.all([createSandbox({ timeoutMs: 240_000 }), createSandbox({ timeoutMs: 240_000 })])
+    // Tagged as this file's, so that the list's filter finds these two
+    // and none of the sandboxes other files of the run create meanwhile.
+    const metadata = { [LIST_META_KEY]: runTag }
+    ;[{ sbx }, { sbx: other }] = await Promise.all([createSandbox({ timeoutMs: 240_000, metadata }), createSandbox({ timeoutMs: 240_000, metadata })])
     mkdirSync(ARTIFACTS, { recursive: true })
     // The TLS mode's API host is under the suite's domain, which resolves
     // to this machine; its certificate is the suite's own CA's.
@@ -171,15 +178,17 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     const { context, page, errors } = await signedInPage()
     try {
       // This file's two sandboxes, one a page.
-      const mine = `${RUN_META_KEY}=${runTag}`
+      const mine = `${LIST_META_KEY}=${runTag}`
       await page.goto(`${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
       const rows = page.locator('#sandboxes tbody tr')
       await rows.first().waitFor()
       assert.equal(await page.inputValue('#metadata'), mine)
       assert.equal(await rows.count(), 1)
       const first = await rows.first().getAttribute('data-sandbox-id')
-      // Disk is the last column: used / total once a sample is in.
-      await waitFor(async () => /^\d+ MiB \/ \d+ MiB$/.test(await rows.first().locator('td').last().innerText()), { timeoutMs: 20_000, what: 'the disk use of the first row' })
+      // Disk is the last column: used / total once the server has a
+      // sample (every 5 s), which the page shows at its next refresh (every 5 s).
+      await waitFor(async () => (await (await apiFetch(`/sandboxes/${first}/metrics`)).json()).length > 0, { timeoutMs: 30_000, what: `a metrics sample of ${first} from the API` })
+      await waitFor(async () => /^\d+ MiB \/ \d+ MiB$/.test(await rows.first().locator('td').last().innerText()), { timeoutMs: 15_000, what: 'the disk use of the first row, once the API has a sample' })
       await screenshot(t, page, 'list-filtered')
       assert.equal(await page.isDisabled('#prev-page'), true)
       await page.click('#next-page')
@@ -192,7 +201,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       await page.locator(`#sandboxes tbody tr[data-sandbox-id="${first}"]`).waitFor()
 
       // A filter nothing matches, typed into the form.
-      await page.fill('#metadata', `${RUN_META_KEY}=not-${runTag}`)
+      await page.fill('#metadata', `${LIST_META_KEY}=not-${runTag}`)
       await Promise.all([page.waitForURL(/metadata=/), page.click('#filter button')])
       await page.locator('#status', { hasText: 'No sandboxes match the filter.' }).waitFor()
       assert.equal(await rows.count(), 0)
@@ -347,7 +356,14 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
       await page.click('#kill')
       try {
-        await page.waitForURL(/\/dashboard\/$/, { waitUntil: 'commit', timeout: 30_000 })
+        await page.waitForURL(/\/dashboard\/$/, { waitUntil: 'commit', timeout: 30_000 }).catch(async (err) => {
+          // The kill takes the sandbox's interfaces off this host, which
+          // can abort the page's way back to the list (see watchErrors);
+          // a user would reload, and so does the test.
+          if (!hostNetworkChanged(err.message)) throw err
+          t.diagnostic(`the way back to the list was cut by the host's network change; loading it again`)
+          await page.goto(`${apiUrl}/dashboard/`)
+        })
       } catch (err) {
         const shot = join(ARTIFACTS, `dashboard-kill-${mode}.png`)
         await page.screenshot({ path: shot, fullPage: true })

@@ -22,7 +22,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 
 import { resolveServerBin } from '../server-process.mjs'
-import { apiKey, apiUrl, FORM, mode, RUN_META_KEY, runTag, track, killCreated } from './helpers.mjs'
+import { apiKey, apiUrl, FORM, mode, RUN_META_KEY, runTag, track, killCreated, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const TOOLS = [
@@ -147,8 +147,12 @@ for (const [transportName, transport] of [['stdio', stdioTransport], ['streamabl
       const bg = await call(client, 'run_command', { sandbox_id: id, command: 'sleep 60', background: true })
       const pid = bg.structuredContent.pid
       assert.ok(pid > 0, JSON.stringify(bg.structuredContent))
-      const alive = await call(client, 'run_command', { sandbox_id: id, command: `kill -0 ${pid} && tr '\\0' ' ' </proc/${pid}/cmdline` })
-      assert.deepEqual(alive.structuredContent, { exit_code: 0, stdout: 'sleep 60 ' })
+      // The pid is the login shell's until it has read its profile and
+      // replaced itself with the command.
+      const cmdline = async () => (await call(client, 'run_command', { sandbox_id: id, command: `kill -0 ${pid} && tr '\\0' ' ' </proc/${pid}/cmdline` })).structuredContent
+      let alive
+      await waitFor(async () => (alive = await cmdline()).stdout !== `/bin/bash -l -c sleep 60 `, { timeoutMs: 10_000, what: `process ${pid} to exec sleep` })
+      assert.deepEqual(alive, { exit_code: 0, stdout: 'sleep 60 ' })
     })
 
     test('get_sandbox_url names the port of the sandbox', async () => {

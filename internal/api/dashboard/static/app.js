@@ -55,3 +55,28 @@ export function status(msg, problem = false, id = 'status') {
   el.textContent = msg
   el.classList.toggle('problem', problem)
 }
+
+/**
+ * Keeps a page's view fresh: the function it returns runs load at once
+ * (a click calls it), and each run schedules the next one every ms after
+ * it ends. A run that a newer one overtook (a click while the timer's run
+ * was still waiting for the API) must not draw what it read over the
+ * newer run's view: load gets current(), false once it is overtaken, and
+ * checks it after its last call of the API, before it changes the page.
+ * A failed run shows onError's message, the next one tries again.
+ */
+export function refresher(load, ms, onError) {
+  let timer
+  let generation = 0
+  return async function run() {
+    clearTimeout(timer)
+    const mine = ++generation
+    const current = () => mine === generation
+    try {
+      await load(current)
+    } catch (err) {
+      if (current()) onError(err)
+    }
+    if (current()) timer = setTimeout(run, ms)
+  }
+}

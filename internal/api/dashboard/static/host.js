@@ -1,4 +1,4 @@
-import { api, cell, status } from './app.js'
+import { api, cell, refresher, status } from './app.js'
 
 /** Bytes as GiB, to one decimal. */
 const gib = (bytes) => `${(bytes / (1 << 30)).toFixed(1)} GiB`
@@ -54,12 +54,4 @@ async function load() {
   status('')
 }
 
-async function refresh() {
-  try {
-    await load()
-  } catch (err) {
-    status(`Loading the host: ${err.message}`, true)
-  }
-  setTimeout(refresh, 5000)
-}
-refresh()
+refresher(load, 5000, (err) => status(`Loading the host: ${err.message}`, true))()

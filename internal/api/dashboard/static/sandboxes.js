@@ -1,4 +1,4 @@
-import { call, cell, duration, latestMetrics, mib, status } from './app.js'
+import { call, cell, duration, latestMetrics, mib, refresher, status } from './app.js'
 
 // The filter and page size are the page's own query
 // (?metadata=key=value&…&limit=N), so a filtered list can be linked; the
@@ -22,12 +22,13 @@ function metadataQuery(s) {
 const tokens = ['']
 let next = ''
 
-async function load() {
+async function load(current) {
   const token = tokens[tokens.length - 1]
   const { body: sandboxes, headers } = await call(`/v2/sandboxes?state=running,paused&limit=${encodeURIComponent(pageSize)}${metadataQuery(filter)}${token ? `&nextToken=${encodeURIComponent(token)}` : ''}`)
+  const rows = await Promise.all(sandboxes.map(async (sb) => ({ sb, m: sb.state === 'running' ? await latestMetrics(sb.sandboxID).catch(() => null) : null })))
+  if (!current()) return
   next = headers.get('X-Next-Token') ?? ''
   const body = document.querySelector('#sandboxes tbody')
-  const rows = await Promise.all(sandboxes.map(async (sb) => ({ sb, m: sb.state === 'running' ? await latestMetrics(sb.sandboxID).catch(() => null) : null })))
   body.replaceChildren()
   const now = Date.now()
   for (const { sb, m } of rows) {
@@ -51,17 +52,8 @@ async function load() {
   status(sandboxes.length ? '' : filter ? 'No sandboxes match the filter.' : 'No sandboxes are running or paused.')
 }
 
-let timer
 /** Loads the page shown now, then again every 5 s. */
-async function refresh() {
-  clearTimeout(timer)
-  try {
-    await load()
-  } catch (err) {
-    status(`Loading the sandboxes: ${err.message}`, true)
-  }
-  timer = setTimeout(refresh, 5000)
-}
+const refresh = refresher(load, 5000, (err) => status(`Loading the sandboxes: ${err.message}`, true))
 
 document.getElementById('next-page').addEventListener('click', () => {
   tokens.push(next)

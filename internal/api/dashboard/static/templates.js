@@ -1,7 +1,8 @@
-import { api, cell, duration, status } from './app.js'
+import { api, cell, duration, refresher, status } from './app.js'
 
-async function load() {
+async function load(current) {
   const [templates, builds] = await Promise.all([api('/templates'), api('/template-builds')])
+  if (!current()) return
   const tbody = document.querySelector('#templates tbody')
   tbody.replaceChildren()
   for (const t of templates) {
@@ -67,7 +68,9 @@ async function showLog(b) {
     }
     if (running) await new Promise((r) => setTimeout(r, 1000))
   }
-  if (shown === mine) await load().catch(() => {})
+  if (shown === mine) refresh()
 }
 
-load().catch((err) => status(`Loading the templates: ${err.message}`, true))
+/** Loads the lists now, then again every 5 s, so builds are seen to end. */
+const refresh = refresher(load, 5000, (err) => status(`Loading the templates: ${err.message}`, true))
+refresh()
