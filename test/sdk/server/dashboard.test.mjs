@@ -43,6 +43,29 @@ const LIST_META_KEY = 'sdkTestDashboard'
 
 const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
 
+/** Whether a navigation failed because the host's network changed under it. */
+const navigationCut = (err) => hostNetworkChanged(err.message) || err.message.includes('interrupted by another navigation to "chrome-error://')
+
+/**
+ * Loads url in page, again while the host's network changes cut the
+ * navigation (see watchErrors: sandboxes of this run come and go
+ * meanwhile, and a kill's interfaces go some time after it is answered).
+ */
+async function open(page, url) {
+  await waitFor(
+    async () => {
+      try {
+        await page.goto(url)
+        return true
+      } catch (err) {
+        if (!navigationCut(err)) throw err
+        return false
+      }
+    },
+    { timeoutMs: 20_000, intervalMs: 250, what: `${url} to load without the host's network changing under it` },
+  )
+}
+
 function watchErrors(page) {
   const errors = []
   // Leaving a page cancels its requests in flight (the list's metrics
@@ -157,7 +180,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
   /** Signs page in through the form with key; it lands on the sandbox list. */
   async function signIn(page, key = apiKey) {
-    await page.goto(`${apiUrl}/dashboard/`)
+    await open(page, `${apiUrl}/dashboard/`)
     assert.match(page.url(), /\/dashboard\/sign-in$/)
     await page.fill('#key', key)
     await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('button[type=submit]')])
@@ -179,7 +202,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     try {
       // This file's two sandboxes, one a page.
       const mine = `${LIST_META_KEY}=${runTag}`
-      await page.goto(`${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
+      await open(page, `${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
       const rows = page.locator('#sandboxes tbody tr')
       await rows.first().waitFor()
       assert.equal(await page.inputValue('#metadata'), mine)
@@ -218,7 +241,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     await sbx.files.write('/home/user/from-sdk.txt', `sdk wrote ${runTag}`)
     const { context, page, errors } = await signedInPage()
     try {
-      await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
+      await open(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
       // The file browser starts in the user's home.
       await page.locator('#files tr[data-path="/home/user/from-sdk.txt"]').waitFor({ timeout: 15_000 })
       assert.equal(await page.inputValue('#files-path'), '/home/user')
@@ -261,7 +284,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     }
     const listWith = (key) => apiFetch('/v2/sandboxes?limit=1', { headers: { 'X-API-Key': key } })
     try {
-      await page.goto(`${apiUrl}/dashboard/keys`)
+      await open(page, `${apiUrl}/dashboard/keys`)
       await page.locator('#keys tbody tr', { hasText: '(this session)' }).waitFor()
       const nameA = `dash-a-${runTag}`
       const keyA = await createKey(nameA)
@@ -278,7 +301,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       const keyB = await createKey(nameB)
       const b = await signedInPage(keyB)
       try {
-        await b.page.goto(`${apiUrl}/dashboard/keys`)
+        await open(b.page, `${apiUrl}/dashboard/keys`)
         const own = b.page.locator('#keys tbody tr', { hasText: `${nameB} (this session)` })
         await Promise.all([b.page.waitForURL(/\/dashboard\/sign-in$/), own.locator('button').click()])
         assert.deepEqual((await b.context.cookies()).filter((c) => c.name === 'agent_sandbox_session'), [], 'the session cookie is gone')
@@ -298,7 +321,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
   test('the host page: sandboxes by state, capacity and the backend', async (t) => {
     const { context, page, errors } = await signedInPage()
     try {
-      await page.goto(`${apiUrl}/dashboard/host`)
+      await open(page, `${apiUrl}/dashboard/host`)
       const running = page.locator('#states tr[data-key="running"] td').nth(1)
       await running.waitFor()
       // The page refreshes every 5 s; sandboxes of other files come and go.
@@ -360,9 +383,9 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
           // The kill takes the sandbox's interfaces off this host, which
           // can abort the page's way back to the list (see watchErrors);
           // a user would reload, and so does the test.
-          if (!hostNetworkChanged(err.message)) throw err
+          if (!navigationCut(err)) throw err
           t.diagnostic(`the way back to the list was cut by the host's network change; loading it again`)
-          await page.goto(`${apiUrl}/dashboard/`)
+          await open(page, `${apiUrl}/dashboard/`)
         })
       } catch (err) {
         const shot = join(ARTIFACTS, `dashboard-kill-${mode}.png`)
@@ -389,11 +412,11 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     built.catch(() => {}) // awaited below
     const { context, page, errors } = await signedInPage()
     try {
-      await page.goto(`${apiUrl}/dashboard/templates`)
+      await open(page, `${apiUrl}/dashboard/templates`)
       const row = page.locator('#builds tbody tr', { hasText: alias }).first()
       await waitFor(
         async () => {
-          await page.reload()
+          await open(page, page.url())
           await page.locator('#templates tbody tr').first().waitFor()
           return (await row.count()) > 0
         },

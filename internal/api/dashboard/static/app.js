@@ -4,7 +4,12 @@
 /**
  * Calls the API at path; a missing session goes back to the sign-in form.
  * An answer other than 2xx throws an Error with its message and status; a
- * request that got no answer throws fetch's TypeError.
+ * request that got no answer throws fetch's TypeError. A request that may
+ * be repeated (a GET, or one the caller marks `idempotent: true`) and got
+ * no answer is sent again, twice at most: a browser drops its requests in
+ * flight when its host's network changes (ERR_NETWORK_CHANGED, as on a
+ * laptop that changes networks, or a browser on the server's host while
+ * sandboxes come and go).
  */
 export async function api(path, init = {}) {
   return (await call(path, init)).body
@@ -12,7 +17,10 @@ export async function api(path, init = {}) {
 
 /** api, also answering the headers: { body, headers }. */
 export async function call(path, init = {}) {
-  const res = await fetch('/dashboard/api' + path, { ...init, credentials: 'same-origin', headers: { 'Content-Type': 'application/json', ...init.headers } })
+  const { idempotent = (init.method ?? 'GET') === 'GET', ...opts } = init
+  const res = await sendAgainIfCut(idempotent ? 3 : 1, () =>
+    fetch('/dashboard/api' + path, { ...opts, credentials: 'same-origin', headers: { 'Content-Type': 'application/json', ...opts.headers } }),
+  )
   if (res.status === 401) {
     location.assign('/dashboard/sign-in')
     throw new Error('not signed in')
@@ -21,6 +29,18 @@ export async function call(path, init = {}) {
   const body = text ? JSON.parse(text) : null
   if (!res.ok) throw Object.assign(new Error(body?.message || `${res.status} ${res.statusText}`), { status: res.status })
   return { body, headers: res.headers }
+}
+
+/** send's answer, sending again (up to tries in all) while no answer comes. */
+async function sendAgainIfCut(tries, send) {
+  for (let n = 1; ; n++) {
+    try {
+      return await send()
+    } catch (err) {
+      if (!(err instanceof TypeError) || n >= tries) throw err
+      await new Promise((r) => setTimeout(r, 200))
+    }
+  }
 }
 
 /** A duration in ms as "3h 12m", "4m 05s" or "12s". */

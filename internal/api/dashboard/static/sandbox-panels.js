@@ -93,7 +93,8 @@ async function upload() {
   const dest = `${dir.replace(/\/$/, '')}/${file.name}`
   status(`Uploading ${file.name}…`, false, 'files-status')
   try {
-    await call(`${path}/files/content?path=${encodeURIComponent(dest)}`, { method: 'POST', body: file, headers: { 'Content-Type': 'application/octet-stream' } })
+    // Writing the same file again gives the same result.
+    await call(`${path}/files/content?path=${encodeURIComponent(dest)}`, { method: 'POST', body: file, idempotent: true, headers: { 'Content-Type': 'application/octet-stream' } })
   } catch (err) {
     status(`Uploading ${file.name}: ${err.message}`, true, 'files-status')
     return
