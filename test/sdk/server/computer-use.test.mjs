@@ -163,7 +163,10 @@ describe(`computer-use executors on a desktop sandbox (${mode} mode)`, { timeout
       t.diagnostic(`${rec.format}: ${video.length} bytes, ${duration.toFixed(2)} s, ${info.streams[0].codec_name} ${info.streams[0].width}x${info.streams[0].height}`)
       assert.deepEqual([info.streams[0].width, info.streams[0].height], [REAL.width, REAL.height])
       assert.equal(info.streams[0].codec_name, rec.format === 'mp4' ? 'h264' : 'vp8')
-      assert.ok(duration > 4.5 && duration < 5.5, `duration ${duration} s; want about 5`)
+      // ffmpeg stops at 5 s; on a loaded host (two encoders and the
+      // mouse loop on the sandbox's CPUs, other files' sandboxes beside)
+      // it loses frames and CI has seen 4.4 to 5.0 s. Never longer.
+      assert.ok(duration > 4 && duration < 5.5, `duration ${duration} s; want about 5 (4 to 5.5)`)
     }
     const again = await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings/${started[0].recordingId}/stop`, { method: 'POST' })
     assert.equal(again.status, 404, await again.text())
