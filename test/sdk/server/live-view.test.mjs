@@ -209,13 +209,24 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
     } else {
       const canvas = page.frameLocator('#live-view-frame').locator('#noVNC_container canvas')
       let shot
+      const drawn = async () => {
+        const png = await canvas.screenshot({ timeout: 5_000 }).catch(() => null) // no canvas drawn yet
+        shot = png && lumaVariance(png)
+        return shot?.variance > 10
+      }
+      // The frame's WebSocket is a request like any other, which a network
+      // change on this host (sandboxes of the run come and go) can cut: a
+      // user would load the page again and reopen the view, and so does
+      // the test.
       await waitFor(
         async () => {
-          const png = await canvas.screenshot({ timeout: 5_000 }).catch(() => null) // no canvas drawn yet
-          shot = png && lumaVariance(png)
-          return shot?.variance > 10
+          if (await waitFor(drawn, { timeoutMs: 25_000, intervalMs: 1000 }).then(() => true, () => false)) return true
+          t.diagnostic(`no desktop in the dashboard's live view within 25 s; loading the page again`)
+          await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`).catch(() => {})
+          await page.click('#live-view')
+          return false
         },
-        { timeoutMs: 45_000, intervalMs: 1000, what: 'the desktop in the dashboard’s live view' }
+        { timeoutMs: 80_000, intervalMs: 0, what: 'the desktop in the dashboard’s live view' }
       ).catch((err) => assert.fail(`${err.message}; the page's errors: ${errors.join('; ') || 'none'}`))
       t.diagnostic(`dashboard live view: framed, canvas ${shot.width}x${shot.height}, luma variance ${shot.variance.toFixed(0)}`)
     }
