@@ -146,13 +146,12 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // routedEnvd is a real envd behind the header routing the server does: a
 // request without E2b-Sandbox-Id and E2b-Sandbox-Port: 49983 is refused.
 type routedEnvd struct {
-	t       *testing.T
-	id      string
-	handler http.Handler
+	t  *testing.T
+	id string
 
 	mu      sync.Mutex
+	handler http.Handler  // a test may wrap it, under mu
 	headers []http.Header // of every request
-	// handler may be wrapped by a test, under mu.
 }
 
 func (e *routedEnvd) ServeHTTP(w http.ResponseWriter, r *http.Request) {

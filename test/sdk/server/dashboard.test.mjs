@@ -16,7 +16,7 @@ import { join } from 'node:path'
 import { chromium } from 'playwright-core'
 import { Template } from 'e2b'
 
-import { apiFetch, apiKey, apiUrl, createSandbox, killCreated, mode, runTag, waitFor } from './helpers.mjs'
+import { apiFetch, apiKey, apiUrl, createSandbox, hostNetworkChanged, killCreated, loadPage, mode, navigationCut, runTag, waitFor } from './helpers.mjs'
 
 /** Debian's chromium, which scripts/install-deps.sh --test installs. */
 const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
@@ -31,6 +31,9 @@ function dashFetch(path, init = {}) {
 
 after(killCreated)
 
+/** The metadata key of this file's own two sandboxes. */
+const LIST_META_KEY = 'sdkTestDashboard'
+
 /**
  * Collects what page logs as an error, fails to load or throws. Chromium
  * runs on the server's host: when a kill takes a sandbox's network
@@ -38,34 +41,6 @@ after(killCreated)
  * ERR_NETWORK_CHANGED, which it logs; the page sends the kill again
  * (sandbox.js). That is this host's network changing, not the page.
  */
-/** The metadata key of this file's own two sandboxes. */
-const LIST_META_KEY = 'sdkTestDashboard'
-
-const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
-
-/** Whether a navigation failed because the host's network changed under it. */
-const navigationCut = (err) => hostNetworkChanged(err.message) || err.message.includes('interrupted by another navigation to "chrome-error://')
-
-/**
- * Loads url in page, again while the host's network changes cut the
- * navigation (see watchErrors: sandboxes of this run come and go
- * meanwhile, and a kill's interfaces go some time after it is answered).
- */
-async function open(page, url) {
-  await waitFor(
-    async () => {
-      try {
-        await page.goto(url)
-        return true
-      } catch (err) {
-        if (!navigationCut(err)) throw err
-        return false
-      }
-    },
-    { timeoutMs: 20_000, intervalMs: 250, what: `${url} to load without the host's network changing under it` },
-  )
-}
-
 function watchErrors(page) {
   const errors = []
   // Leaving a page cancels its requests in flight (the list's metrics
@@ -180,7 +155,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
   /** Signs page in through the form with key; it lands on the sandbox list. */
   async function signIn(page, key = apiKey) {
-    await open(page, `${apiUrl}/dashboard/`)
+    await loadPage(page, `${apiUrl}/dashboard/`)
     assert.match(page.url(), /\/dashboard\/sign-in$/)
     await page.fill('#key', key)
     await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('button[type=submit]')])
@@ -202,7 +177,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     try {
       // This file's two sandboxes, one a page.
       const mine = `${LIST_META_KEY}=${runTag}`
-      await open(page, `${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
+      await loadPage(page, `${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
       const rows = page.locator('#sandboxes tbody tr')
       await rows.first().waitFor()
       assert.equal(await page.inputValue('#metadata'), mine)
@@ -241,7 +216,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     await sbx.files.write('/home/user/from-sdk.txt', `sdk wrote ${runTag}`)
     const { context, page, errors } = await signedInPage()
     try {
-      await open(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
+      await loadPage(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
       // The file browser starts in the user's home.
       await page.locator('#files tr[data-path="/home/user/from-sdk.txt"]').waitFor({ timeout: 15_000 })
       assert.equal(await page.inputValue('#files-path'), '/home/user')
@@ -284,7 +259,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     }
     const listWith = (key) => apiFetch('/v2/sandboxes?limit=1', { headers: { 'X-API-Key': key } })
     try {
-      await open(page, `${apiUrl}/dashboard/keys`)
+      await loadPage(page, `${apiUrl}/dashboard/keys`)
       await page.locator('#keys tbody tr', { hasText: '(this session)' }).waitFor()
       const nameA = `dash-a-${runTag}`
       const keyA = await createKey(nameA)
@@ -301,7 +276,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       const keyB = await createKey(nameB)
       const b = await signedInPage(keyB)
       try {
-        await open(b.page, `${apiUrl}/dashboard/keys`)
+        await loadPage(b.page, `${apiUrl}/dashboard/keys`)
         const own = b.page.locator('#keys tbody tr', { hasText: `${nameB} (this session)` })
         await Promise.all([b.page.waitForURL(/\/dashboard\/sign-in$/), own.locator('button').click()])
         assert.deepEqual((await b.context.cookies()).filter((c) => c.name === 'agent_sandbox_session'), [], 'the session cookie is gone')
@@ -321,7 +296,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
   test('the host page: sandboxes by state, capacity and the backend', async (t) => {
     const { context, page, errors } = await signedInPage()
     try {
-      await open(page, `${apiUrl}/dashboard/host`)
+      await loadPage(page, `${apiUrl}/dashboard/host`)
       const running = page.locator('#states tr[data-key="running"] td').nth(1)
       await running.waitFor()
       // The page refreshes every 5 s; sandboxes of other files come and go.
@@ -363,7 +338,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       await page.locator('#info dd', { hasText: 'running' }).waitFor()
       // The prompt shows when the shell is up. The terminal's script and
       // WebSocket are requests like any other, which a network change on
-      // this host can cut (see watchErrors): a user would load the page
+      // this host can cut (see watchErrors and helpers.mjs' loadPage): a user would load the page
       // again and reopen it, and so does the test, setting aside what the
       // cut attempt logged.
       await waitFor(
@@ -373,7 +348,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
           const prompt = async () => /\$\s*$/m.test(await page.locator('#terminal .xterm-rows').innerText({ timeout: 1_000 }).catch(() => ''))
           if (await waitFor(prompt, { timeoutMs: 20_000, what: 'the shell prompt' }).then(() => true, () => false)) return true
           t.diagnostic(`no shell prompt in the terminal within 20 s (logged: ${JSON.stringify(errors.splice(logged))}); loading the page again`)
-          await open(page, page.url())
+          await loadPage(page, page.url())
           await page.locator('#info dd', { hasText: 'running' }).waitFor()
           return false
         },
@@ -395,11 +370,11 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       try {
         await page.waitForURL(/\/dashboard\/$/, { waitUntil: 'commit', timeout: 30_000 }).catch(async (err) => {
           // The kill takes the sandbox's interfaces off this host, which
-          // can abort the page's way back to the list (see watchErrors);
+          // can abort the page's way back to the list (see watchErrors and helpers.mjs' loadPage);
           // a user would reload, and so does the test.
           if (!navigationCut(err)) throw err
           t.diagnostic(`the way back to the list was cut by the host's network change; loading it again`)
-          await open(page, `${apiUrl}/dashboard/`)
+          await loadPage(page, `${apiUrl}/dashboard/`)
         })
       } catch (err) {
         const shot = join(ARTIFACTS, `dashboard-kill-${mode}.png`)
@@ -426,11 +401,11 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     built.catch(() => {}) // awaited below
     const { context, page, errors } = await signedInPage()
     try {
-      await open(page, `${apiUrl}/dashboard/templates`)
+      await loadPage(page, `${apiUrl}/dashboard/templates`)
       const row = page.locator('#builds tbody tr', { hasText: alias }).first()
       await waitFor(
         async () => {
-          await open(page, page.url())
+          await loadPage(page, page.url())
           await page.locator('#templates tbody tr').first().waitFor()
           return (await row.count()) > 0
         },

@@ -107,6 +107,36 @@ export async function waitFor(fn, { timeoutMs = 5_000, intervalMs = 100, what = 
   }
 }
 
+/**
+ * Whether text (a failure's message) is Chromium dropping a request
+ * because its host's network changed: the test browsers run on the
+ * server's host, where every sandbox's interfaces come and go.
+ */
+export const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
+
+/** Whether a page navigation failed because the host's network changed under it. */
+export const navigationCut = (err) => hostNetworkChanged(err.message) || err.message.includes('interrupted by another navigation to "chrome-error://')
+
+/**
+ * Loads url in a Playwright page, again while the host's network changes
+ * cut the navigation (sandboxes of the run come and go meanwhile, and a
+ * kill's interfaces go some time after it is answered).
+ */
+export async function loadPage(page, url) {
+  await waitFor(
+    async () => {
+      try {
+        await page.goto(url)
+        return true
+      } catch (err) {
+        if (!navigationCut(err)) throw err
+        return false
+      }
+    },
+    { timeoutMs: 20_000, intervalMs: 250, what: `${url} to load without the host's network changing under it` },
+  )
+}
+
 /** The backend the runner started the server with ('jail' or 'vm'). */
 export const backend = process.env.SDK_TEST_BACKEND || 'jail'
 

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict'
 import { chromium } from 'playwright-core'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiFetch, apiKey, apiUrl, hostUrl, killCreated, mode, runTag, sleep, track, waitFor, websocketRequest } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, apiKey, apiUrl, hostUrl, killCreated, loadPage, mode, runTag, sleep, track, waitFor, websocketRequest } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -222,7 +222,7 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
         async () => {
           if (await waitFor(drawn, { timeoutMs: 25_000, intervalMs: 1000 }).then(() => true, () => false)) return true
           t.diagnostic(`no desktop in the dashboard's live view within 25 s; loading the page again`)
-          await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`).catch(() => {})
+          await loadPage(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
           await page.click('#live-view')
           return false
         },
