@@ -28,19 +28,22 @@ const PAGE = `http://127.0.0.1:${PORT}/button.html`
 const SITE = '/home/user/site'
 /** Debian's chromium, which scripts/install-deps.sh --test installs. */
 const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
-/** The button's middle, in CSS pixels of the sandbox's page. */
-const BUTTON = { x: 250, y: 200 }
+/**
+ * The button's middle, in CSS pixels of the sandbox's page: headless
+ * Chromium's viewport is 780x437, which the page fits in.
+ */
+const BUTTON = { x: 200, y: 120 }
 /** The text field's middle. */
-const FIELD = { x: 250, y: 450 }
+const FIELD = { x: 200, y: 255 }
 
 // A button whose click retitles the page, and a field whose text the page
 // echoes: only input that reached the page changes them.
 const BUTTON_PAGE = `<!doctype html><html><head><title>not clicked</title></head>
 <body style="margin:0;background:#fff;font:20px sans-serif">
 <p style="margin:8px">Live view of a browser sandbox</p>
-<button id="b" style="position:absolute;left:50px;top:100px;width:400px;height:200px;font-size:32px;background:#2a6;color:#fff">Press me</button>
-<input id="t" style="position:absolute;left:50px;top:420px;width:400px;height:60px;font-size:28px">
-<p id="echo" style="position:absolute;left:50px;top:500px">none</p>
+<button id="b" style="position:absolute;left:40px;top:50px;width:320px;height:140px;font-size:32px;background:#2a6;color:#fff">Press me</button>
+<input id="t" style="position:absolute;left:40px;top:230px;width:320px;height:50px;font-size:28px">
+<p id="echo" style="position:absolute;left:40px;top:290px">none</p>
 <script>
 document.getElementById('b').addEventListener('click', () => { document.title = 'clicked' })
 document.getElementById('t').addEventListener('input', (e) => { document.getElementById('echo').textContent = e.target.value })
@@ -144,7 +147,7 @@ describe(`live view of a browser sandbox (${mode} mode)`, { timeout: 300_000 }, 
     const dataUrl = await page.evaluate(() => document.getElementById('screen').toDataURL('image/png'))
     const shot = lumaVariance(Buffer.from(dataUrl.split(',')[1], 'base64'))
     assert.ok(shot.variance > 10, `the frame is blank: luma variance ${shot.variance}`)
-    assert.ok(frame.width >= 500 && frame.height >= 500, `frame ${frame.width}x${frame.height}: smaller than the test page`)
+    assert.ok(frame.width >= 400 && frame.height >= 320, `frame ${frame.width}x${frame.height}: smaller than the test page`)
     t.diagnostic(`browser live view: frame ${shot.width}x${shot.height}, luma variance ${shot.variance.toFixed(0)}`)
     await page.close()
   })
