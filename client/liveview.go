@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// LiveView is a pair of share links to a desktop sandbox's display
-// (docs/BROWSER.md): URL shows it, TakeoverURL lets its holder operate it.
+// LiveView is a pair of share links to a desktop sandbox's display or a
+// browser sandbox's page (docs/BROWSER.md): URL shows it, TakeoverURL
+// lets its holder operate it.
 // Both stop working at ExpiresAt; a session open then runs on until it is
 // closed.
 type LiveView struct {
@@ -18,8 +19,8 @@ type LiveView struct {
 	ExpiresAt   time.Time `json:"expiresAt"`
 }
 
-// CreateLiveView starts the live view of the sandbox's display, if it is
-// not running yet, and returns links good for ttl, rounded up to whole
+// CreateLiveView starts the live view of the sandbox's display or
+// browser, if it is not running yet, and returns links good for ttl, rounded up to whole
 // seconds; 0 takes the server's default (an hour). POST
 // /sandboxes/{id}/live-view, an agent-sandbox extension.
 func (c *Client) CreateLiveView(ctx context.Context, id string, ttl time.Duration) (*LiveView, error) {

@@ -39,9 +39,12 @@ type fakeSandboxes struct {
 	fail   error // returned by every call when set
 	// execOK makes Exec succeed with no output, as a desktop sandbox's
 	// commands do; execs records what it ran.
-	execOK  bool
-	execs   [][]string
-	created []sandbox.CreateRequest
+	execOK bool
+	execs  [][]string
+	// devTools is the address a dial of port 9222 reaches (a fake
+	// Chromium); empty: the sandboxes listen on no port.
+	devTools string
+	created  []sandbox.CreateRequest
 	// timeouts records SetTimeout and Connect durations by sandbox.
 	timeouts map[string][]time.Duration
 	queries  []store.ListQuery
@@ -233,10 +236,15 @@ func (f *fakeSandboxes) reachable(id string) error {
 	return nil
 }
 
-// Dial implements browser.Dialer: the fake's sandboxes listen on no port.
+// Dial implements browser.Dialer: the fake's sandboxes listen on no port
+// but DevTools', if f.devTools is set.
 func (f *fakeSandboxes) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	if err := f.reachable(id); err != nil {
 		return nil, err
+	}
+	if port == 9222 && f.devTools != "" {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", f.devTools)
 	}
 	return nil, fmt.Errorf("dialing port %d of sandbox %s: %w", port, id, isolation.ErrPortClosed)
 }

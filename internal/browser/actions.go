@@ -31,10 +31,12 @@ func pageErr(format string, args ...any) error {
 	return &PageError{Msg: fmt.Sprintf(format, args...)}
 }
 
-// Session is the attachment to a sandbox's page. Actions run one at a time.
+// Session is the attachment to a sandbox's page. Actions run one at a
+// time; the live view's screencast and input (Watch) run beside them.
 type Session struct {
 	conn *conn
 	act  sync.Mutex // held by the action in progress
+	cast screencast // the live view's, apart from the actions
 
 	mu       sync.Mutex // guards loads and inflight, counted from the page's events
 	loads    int        // load events of the main frame so far
@@ -46,7 +48,8 @@ type Session struct {
 }
 
 func newSession(c *conn) *Session {
-	return &Session{conn: c, inflight: map[string]bool{}, lastNet: time.Now()}
+	return &Session{conn: c, inflight: map[string]bool{}, lastNet: time.Now(),
+		cast: screencast{conn: c, watchers: map[*Watcher]struct{}{}}}
 }
 
 // enable turns on the domains whose events wait watches, and starts

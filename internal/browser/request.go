@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 )
@@ -54,16 +53,6 @@ var fields = map[string][]string{
 	"pdf":        {},
 }
 
-// Actions are the action names, sorted.
-func Actions() []string {
-	names := make([]string, 0, len(fields))
-	for n := range fields {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
-
 const (
 	defaultTimeout = 10 * time.Second
 	maxTimeout     = 60 * time.Second
@@ -83,26 +72,39 @@ func badField(field, format string, args ...any) error {
 // DecodeAction decodes and checks body: a known action, only the fields
 // that action takes, and those it needs.
 func DecodeAction(body []byte) (Action, error) {
-	var present map[string]json.RawMessage
-	if err := json.Unmarshal(body, &present); err != nil {
-		return Action{}, badField("body", "not a JSON object: %v", err)
-	}
 	var a Action
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil {
-		return Action{}, badField("body", "%v", err)
-	}
-	allowed, ok := fields[a.Action]
-	if !ok {
-		return Action{}, badField("action", "%q is not one of %s", a.Action, strings.Join(Actions(), ", "))
-	}
-	for _, name := range slices.Sorted(maps.Keys(present)) {
-		if name != "action" && !slices.Contains(allowed, name) {
-			return Action{}, badField(name, "%s does not take it", a.Action)
-		}
+	present, err := decodeFields(body, &a, "action", fields)
+	if err != nil {
+		return Action{}, err
 	}
 	return a, a.check(present)
+}
+
+// decodeFields decodes body, a JSON object, into v, refusing a field v
+// lacks, a kind (the string of field kind) that kinds does not list, and
+// a field that kind does not take; it answers the fields present.
+func decodeFields(body []byte, v any, kind string, kinds map[string][]string) (map[string]json.RawMessage, error) {
+	var present map[string]json.RawMessage
+	if err := json.Unmarshal(body, &present); err != nil {
+		return nil, badField("body", "not a JSON object: %v", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return nil, badField("body", "%v", err)
+	}
+	var k string
+	_ = json.Unmarshal(present[kind], &k) // a string: v's field decoded it
+	allowed, ok := kinds[k]
+	if !ok {
+		return nil, badField(kind, "%q is not one of %s", k, strings.Join(slices.Sorted(maps.Keys(kinds)), ", "))
+	}
+	for _, name := range slices.Sorted(maps.Keys(present)) {
+		if name != kind && !slices.Contains(allowed, name) {
+			return nil, badField(name, "%s does not take it", k)
+		}
+	}
+	return present, nil
 }
 
 // check checks what a's action needs.

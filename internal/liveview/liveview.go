@@ -1,13 +1,20 @@
-// Package liveview serves a sandbox's X display to a browser: noVNC pages
-// inside the sandbox, reached through the router at getHost(ViewPort) and
-// getHost(TakeoverPort), behind share links that expire.
+// Package liveview shows a sandbox to a person's browser behind share
+// links that expire, at getHost(ViewPort) and getHost(TakeoverPort):
 //
-// View-only is enforced in the sandbox, not by the page: the view port's
-// websockify bridges to an x11vnc started with -viewonly, which drops every
-// key and pointer event it is sent; only the takeover port's x11vnc takes
-// input. Both x11vnc listen on loopback ports the router refuses to route
-// (VNCPorts), and the router lets a WebSocket through to either noVNC port
-// only with a token this package signed for that sandbox and port (Signer).
+//   - a desktop sandbox's X display (Start, PagePath): noVNC pages inside
+//     the sandbox. View-only is enforced in the sandbox, not by the page:
+//     the view port's websockify bridges to an x11vnc started with
+//     -viewonly, which drops every key and pointer event it is sent; only
+//     the takeover port's x11vnc takes input. Both x11vnc listen on
+//     loopback ports the router refuses to route (VNCPorts).
+//   - a browser sandbox's page (BrowserView, under BrowserPath): served by
+//     the server itself, which streams the page's screencast from its
+//     DevTools session (internal/browser) and, through the takeover port
+//     only, dispatches the page's mouse and keyboard; nothing runs in the
+//     sandbox for it.
+//
+// Either way the router lets a WebSocket through to either port only with
+// a token this package signed for that sandbox and port (Signer).
 package liveview
 
 import (
@@ -40,8 +47,10 @@ type RunFunc func(ctx context.Context, args ...string) ([]byte, error)
 // of each, every one in a session of its own so that it outlives this
 // command, and waits until all four ports listen (counted once each: a
 // port may listen on IPv4 and IPv6). A process that exits before
-// then fails the script with its log.
+// then fails the script with its log; a sandbox without x11vnc or
+// websockify (a browser sandbox) fails it before anything is written.
 const startScript = `set -e
+command -v x11vnc >/dev/null && command -v websockify >/dev/null || { echo "no x11vnc or websockify: not a desktop sandbox" >&2; exit 1; }
 display=$1 dir=/tmp/agent-sandbox-liveview
 mkdir -p "$dir"
 start() {

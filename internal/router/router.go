@@ -57,6 +57,10 @@ type Config struct {
 	// LiveView verifies live view share links; nil refuses every
 	// WebSocket to the live view ports.
 	LiveView LiveViewTokens
+	// BrowserView serves the live view of browser sandboxes under
+	// liveview.BrowserPath of the live view ports; nil leaves those
+	// paths to the sandbox, like the rest of the ports.
+	BrowserView BrowserLiveView
 	// Domain is the sandbox domain D of <port>-<id>.D hosts; it may carry
 	// a port ("example.test:8443"). Empty disables host routing: only the
 	// header routing on localhost, IP literals and sandbox.* works.
@@ -70,6 +74,7 @@ type Router struct {
 	ingress       IngressPolicies // nil: no checks
 	waker         Waker           // nil: nothing wakes
 	liveView      LiveViewTokens  // nil: no live view
+	browserView   BrowserLiveView // nil: no live view of browsers
 	domain        string          // lower case, no trailing dot
 	domainHasPort bool
 	log           *slog.Logger
@@ -83,12 +88,13 @@ func New(cfg Config) (*Router, error) {
 		return nil, errors.New("router: Dialer is required")
 	}
 	rt := &Router{
-		dialer:   cfg.Dialer,
-		ingress:  cfg.Ingress,
-		waker:    cfg.Waker,
-		liveView: cfg.LiveView,
-		domain:   strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
-		log:      cfg.Log,
+		dialer:      cfg.Dialer,
+		ingress:     cfg.Ingress,
+		waker:       cfg.Waker,
+		liveView:    cfg.LiveView,
+		browserView: cfg.BrowserView,
+		domain:      strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
+		log:         cfg.Log,
 	}
 	if rt.log == nil {
 		rt.log = slog.New(slog.DiscardHandler)
@@ -175,6 +181,10 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !rt.authorizeLiveView(w, r, t) {
 		return
 	}
+	if rt.isBrowserView(r, t) {
+		rt.serveBrowserView(w, r, t)
+		return
+	}
 	if t.port == template.DevToolsPort {
 		t = devToolsTarget(r, t)
 	}
@@ -255,6 +265,12 @@ func (rt *Router) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 			conn.Close()
 		}
 	}
+	rt.writeDialError(w, t, err)
+}
+
+// writeDialError answers a request whose sandbox port t could not be
+// reached with err.
+func (rt *Router) writeDialError(w http.ResponseWriter, t target, err error) {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
@@ -263,7 +279,7 @@ func (rt *Router) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	case errors.Is(err, isolation.ErrPortClosed):
 		writeJSON(w, http.StatusBadGateway, portErrorBody{SandboxID: t.id, Message: "The sandbox is running but port is not open", Port: t.port, Code: http.StatusBadGateway})
 	default:
-		rt.log.Warn("proxying to sandbox", "sandbox_id", t.id, "port", t.port, "err", err)
+		rt.log.Warn("reaching a sandbox port", "sandbox_id", t.id, "port", t.port, "err", err)
 		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox did not answer", Code: http.StatusBadGateway})
 	}
 }

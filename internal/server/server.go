@@ -29,6 +29,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/fetch"
 	"github.com/agent-sandbox/agent-sandbox/internal/hostlock"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
+	"github.com/agent-sandbox/agent-sandbox/internal/liveview"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/router"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
@@ -426,7 +427,10 @@ func (s *Server) routes() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("setting up the API: %w", err)
 	}
-	s.router, err = router.New(router.Config{Dialer: s.manager, Ingress: s.manager, Waker: s.manager, LiveView: links, Domain: s.cfg.Domain, Log: s.log.With("component", "router")})
+	s.router, err = router.New(router.Config{
+		Dialer: s.manager, Ingress: s.manager, Waker: s.manager, LiveView: links, BrowserView: liveview.NewBrowserView(s.browsers),
+		Domain: s.cfg.Domain, Log: s.log.With("component", "router"),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("setting up the router: %w", err)
 	}

@@ -83,13 +83,6 @@ describe(`DevTools endpoint of a browser sandbox (${mode} mode)`, { timeout: 240
     }
   }
 
-  test('no live view: 409 naming the template with a display', async () => {
-    const res = await apiFetch(`/sandboxes/${sbx.sandboxId}/live-view`, { method: 'POST' })
-    const body = await res.json()
-    assert.equal(res.status, 409, JSON.stringify(body))
-    assert.match(body.message, /has no display .*the desktop template has one/, body.message)
-  })
-
   async function audit() {
     const res = await apiFetch(`/sandboxes/${sbx.sandboxId}/network/audit`)
     assert.equal(res.status, 200)

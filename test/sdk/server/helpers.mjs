@@ -260,3 +260,34 @@ export function websocketRequest(url, timeoutMs) {
     timeout: timeoutMs,
   })
 }
+
+/** POST /sandboxes/{id}/live-view of sbx with body; the JSON answer after checking the status. */
+export async function liveView(sbx, body, status = 201) {
+  const res = await apiFetch(`/sandboxes/${sbx.sandboxId}/live-view`, { method: 'POST', body: JSON.stringify(body) })
+  const json = await res.json()
+  assert.equal(res.status, status, JSON.stringify(json))
+  return json
+}
+
+/**
+ * Asks url for a WebSocket upgrade (http(s), as the browser's ws(s)) and
+ * resolves with the status: 101 when the router let it through (to the
+ * sandbox's websockify, or the server's live view of a browser), else
+ * what the router answered.
+ */
+export function upgradeStatus(url) {
+  return new Promise((resolve, reject) => {
+    const req = websocketRequest(url, 30_000)
+    req.on('timeout', () => req.destroy(new Error('no answer to the upgrade within 30 s')))
+    req.on('error', reject)
+    req.on('response', (res) => {
+      res.resume()
+      resolve(res.statusCode)
+    })
+    req.on('upgrade', (res, socket) => {
+      socket.destroy()
+      resolve(res.statusCode)
+    })
+    req.end()
+  })
+}

@@ -15,7 +15,7 @@ import assert from 'node:assert/strict'
 import { chromium } from 'playwright-core'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiFetch, apiKey, apiUrl, hostUrl, killCreated, loadPage, mode, runTag, sleep, track, waitFor, websocketRequest } from './helpers.mjs'
+import { RUN_META_KEY, apiKey, apiUrl, hostUrl, killCreated, liveView, loadPage, mode, runTag, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -24,40 +24,10 @@ const DISPLAY = { width: 1024, height: 768 }
 /** Debian's chromium, which scripts/install-deps.sh --test installs. */
 const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
 
-/** POST /sandboxes/{id}/live-view with body; the JSON answer after checking the status. */
-async function liveView(sbx, body, status = 201) {
-  const res = await apiFetch(`/sandboxes/${sbx.sandboxId}/live-view`, { method: 'POST', body: JSON.stringify(body) })
-  const json = await res.json()
-  assert.equal(res.status, status, JSON.stringify(json))
-  return json
-}
-
 /** The WebSocket URL the noVNC page of pageUrl connects to: its path setting, under the page's origin. */
 function socketUrl(pageUrl) {
   const u = new URL(pageUrl)
   return `${u.origin}/${u.searchParams.get('path')}`
-}
-
-/**
- * Asks url for a WebSocket upgrade (http(s), as the browser's ws(s)) and
- * resolves with the status: 101 when the router let it through to the
- * sandbox's websockify, else what the router answered.
- */
-function upgradeStatus(url) {
-  return new Promise((resolve, reject) => {
-    const req = websocketRequest(url, 30_000)
-    req.on('timeout', () => req.destroy(new Error('no answer to the upgrade within 30 s')))
-    req.on('error', reject)
-    req.on('response', (res) => {
-      res.resume()
-      resolve(res.statusCode)
-    })
-    req.on('upgrade', (res, socket) => {
-      socket.destroy()
-      resolve(res.statusCode)
-    })
-    req.end()
-  })
 }
 
 after(killCreated)

@@ -165,15 +165,15 @@ document.getElementById('live-view').addEventListener('click', async (ev) => {
     a.rel = 'noopener'
     a.textContent = `Open it in a new tab (view only, until ${until})`
     if (!sameSite(new URL(links.url).hostname)) {
-      // A page of another site in a frame gets no storage, which the
-      // viewer needs: it opens in a tab of its own.
+      // A page of another site in a frame gets no storage, which a
+      // desktop's viewer (noVNC) needs: it opens in a tab of its own.
       el.replaceChildren(a)
       return
     }
     const frame = document.createElement('iframe')
     frame.id = 'live-view-frame'
     frame.src = links.url
-    frame.title = 'Live view of the sandbox\'s display (view only)'
+    frame.title = 'Live view of the sandbox (view only)'
     el.replaceChildren(a, frame)
   } catch (err) {
     status(`Live view: ${err.message}`, true, 'live-view-status')
