@@ -91,7 +91,9 @@ func AddBinary(root, src, dst string, mode os.FileMode) error {
 }
 
 // CgroupParentDirs returns the parent group's directory in each hierarchy a
-// sandbox group may live in.
+// sandbox group may live in. Under v1 that is every mounted hierarchy, not
+// only the controllers we configure: runsc also makes its groups under
+// devices and the named systemd hierarchy.
 func CgroupParentDirs(parent string) []string {
 	mode, err := cgroup.Detect()
 	if err != nil {
@@ -100,9 +102,10 @@ func CgroupParentDirs(parent string) []string {
 	if mode == cgroup.V2 {
 		return []string{filepath.Join(cgroup.Root, parent)}
 	}
+	hierarchies, _ := os.ReadDir(cgroup.Root)
 	var dirs []string
-	for _, c := range []string{"freezer", "pids", "memory", "cpu", "cpuacct", "cpuset", "blkio"} {
-		dirs = append(dirs, filepath.Join(cgroup.Root, c, parent))
+	for _, h := range hierarchies {
+		dirs = append(dirs, filepath.Join(cgroup.Root, h.Name(), parent))
 	}
 	return dirs
 }
