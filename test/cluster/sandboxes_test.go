@@ -30,6 +30,10 @@ type fakeLocal struct {
 
 var _ node.Local = (*fakeLocal)(nil)
 
+func newFakeLocal() *fakeLocal {
+	return &fakeLocal{live: map[string]node.LocalSandbox{}, ended: map[string]string{}}
+}
+
 func (f *fakeLocal) Held(context.Context) (map[string]node.LocalSandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -98,24 +102,12 @@ func TestNodeSandboxes(t *testing.T) {
 		ended: map[string]string{},
 	}
 	start := func() (stop func()) {
-		a, err := node.New(nodeAccount.config(c), node.Config{
+		return startAgent(t, c, node.Config{
 			Namespace: namespace, Name: name, Address: "127.0.0.1:3000",
 			Usage:         func() node.Usage { return node.Usage{} },
 			LeaseDuration: 5 * time.Second, RenewInterval: time.Second,
 			Local: local, CheckInterval: 100 * time.Millisecond,
-		}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("node agent: %v", err)
-			}
-		}
+		})
 	}
 	stop := start()
 	defer func() { stop() }()
@@ -172,6 +164,25 @@ func TestNodeSandboxes(t *testing.T) {
 	}
 	if creates, _ := local.calls(); len(creates) != 3 {
 		t.Errorf("creates %v: want three, none for %s on another node", creates, "sbx-elsewhere")
+	}
+}
+
+// startAgent runs a node agent with cfg in this process, as the node
+// role, until the returned stop is called.
+func startAgent(t *testing.T, c *kubetest.Cluster, cfg node.Config) (stop func()) {
+	t.Helper()
+	a, err := node.New(nodeAccount.config(c), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node agent %s: %v", cfg.Name, err)
+		}
 	}
 }
 

@@ -188,8 +188,7 @@ func (c *sandboxes) events(ctx context.Context, w watch.Interface, rv string, ti
 func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 	log := c.log.With("sandbox", o.Name, "uid", o.UID)
 	h, isHeld := c.held[o.UID]
-	switch o.Status.State {
-	case v1alpha1.SandboxKilled, v1alpha1.SandboxLost, v1alpha1.SandboxError:
+	if o.Status.State.Ended() {
 		if isHeld {
 			log.Info("killing the sandbox of an object marked ended", "sandbox_id", h.id, "state", o.Status.State)
 			if err := c.local.Kill(ctx, h.id); err != nil {

@@ -42,6 +42,11 @@ const (
 	SandboxError   SandboxState = "Error"
 )
 
+// Ended says whether s is final: nothing runs for the sandbox any more.
+func (s SandboxState) Ended() bool {
+	return s == SandboxKilled || s == SandboxLost || s == SandboxError
+}
+
 // SandboxStatus is what the node holding the sandbox reports.
 type SandboxStatus struct {
 	State SandboxState `json:"state,omitempty"`
