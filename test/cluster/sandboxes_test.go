@@ -26,6 +26,7 @@ type fakeLocal struct {
 	ended   map[string]string            // sandbox ID → why it ended
 	creates []string                     // the keys Create was called with
 	kills   []string                     // the IDs Kill was called with
+	endAt   map[string]time.Time         // by ID, what SetEndAt set
 }
 
 var _ node.Local = (*fakeLocal)(nil)
@@ -72,6 +73,16 @@ func (f *fakeLocal) Kill(_ context.Context, id string) error {
 	if _, gone := f.ended[id]; !gone {
 		f.ended[id] = "killed"
 	}
+	return nil
+}
+
+func (f *fakeLocal) SetEndAt(_ context.Context, id string, at time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.endAt == nil {
+		f.endAt = make(map[string]time.Time)
+	}
+	f.endAt[id] = at
 	return nil
 }
 
