@@ -122,6 +122,19 @@ func TestAPIReplica(t *testing.T) {
 		})
 		defer stop()
 	}
+	// Both nodes published before the replicas list them: else the first
+	// creates would find no node.
+	for _, name := range []string{"node-a", "node-b"} {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Name(name).Do(t.Context()).Error()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("SandboxNode %s not published within 30 s: %v", name, err)
+			}
+		}
+	}
 	one := startAPIReplica(t, c, bin)
 	two := startAPIReplica(t, c, bin)
 	cl1, cl2 := one.client(t), two.client(t)

@@ -111,7 +111,7 @@ func NewPlacer(c *Cache) *Placer {
 
 // Reserve places a sandbox of template and holds a slot for it on that
 // node until release is called: once the Sandbox is in the cache, or its
-// create failed.
+// create failed. release may be called more than once.
 func (p *Placer) Reserve(template string) (nodeName string, release func(), err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -97,6 +97,7 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	}
 	log := s.cfg.Log.With("sandbox_id", created.Name, "node", node)
 	got, err := s.cfg.Cache.Await(ctx, created.Name, s.cfg.StartTimeout, func(o *v1alpha1.Sandbox) bool {
+		release() // the cache shows the object now: placement counts it
 		return o.Status.State != "" && o.Status.State != v1alpha1.SandboxPending
 	})
 	if err != nil {
