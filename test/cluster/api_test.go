@@ -10,9 +10,13 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/agent-sandbox/agent-sandbox/client"
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/control"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
@@ -103,7 +107,9 @@ func (f *fakeLocal) usage() node.Usage {
 // Running; get, list and setTimeout (which the node applies) work through
 // either replica; a template no node has is 400 and a full cluster 429,
 // with no object written; kill deletes the object and the node kills its
-// sandbox; one replica killed with SIGKILL, the other serves on.
+// sandbox; the leading replica killed with SIGKILL, the other serves on,
+// takes the lead once the leader Lease expires, and marks Lost the
+// sandboxes of a node that stops renewing its Lease.
 func TestAPIReplica(t *testing.T) {
 	c := kubetest.Start(t)
 	applyBase(t, c)
@@ -113,15 +119,20 @@ func TestAPIReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	locals := map[string]*fakeLocal{"node-a": newFakeLocal(), "node-b": newFakeLocal()}
+	stopAgent := map[string]func(){}
 	for name, local := range locals {
-		stop := startAgent(t, c, node.Config{
+		stopAgent[name] = startAgent(t, c, node.Config{
 			Namespace: namespace, Name: name, Address: "127.0.0.1:3000",
 			Capacity: v1alpha1.NodeCapacity{Sandboxes: 2, CPUs: 2, MemoryMiB: 4096},
 			Usage:    local.usage, LeaseDuration: 5 * time.Second, RenewInterval: time.Second,
 			Local: local, CheckInterval: 100 * time.Millisecond,
 		})
-		defer stop()
 	}
+	defer func() {
+		for _, stop := range stopAgent {
+			stop()
+		}
+	}()
 	// Both nodes published before the replicas list them: else the first
 	// creates would find no node.
 	for _, name := range []string{"node-a", "node-b"} {
@@ -135,7 +146,9 @@ func TestAPIReplica(t *testing.T) {
 			}
 		}
 	}
+	// One first: it leads, and the second is a candidate.
 	one := startAPIReplica(t, c, bin)
+	firstLeader := leaderHolder(t, c, "", 30*time.Second)
 	two := startAPIReplica(t, c, bin)
 	cl1, cl2 := one.client(t), two.client(t)
 	ctx := t.Context()
@@ -221,6 +234,7 @@ func TestAPIReplica(t *testing.T) {
 	// One replica killed: the other serves every sandbox, and kills one.
 	killedOn := readSandbox(t, rc, ids[3]).Spec.Node
 	one.kill()
+	killed := time.Now()
 	t.Logf("replica %s killed (SIGKILL)", one.url)
 	all, _, err := cl2.ListSandboxes(ctx, client.ListOptions{})
 	if err != nil || len(all) != 4 {
@@ -262,6 +276,46 @@ func TestAPIReplica(t *testing.T) {
 		t.Fatalf("create after a kill freed a slot: %v", err)
 	}
 	t.Logf("after the kill, sandbox %s on %s", sb.ID, readSandbox(t, rc, sb.ID).Spec.Node)
+
+	// The replica left took the lead from the one killed (which could not
+	// release it): within the leader Lease's 15 s and a try.
+	successor := leaderHolder(t, c, firstLeader, 30*time.Second)
+	t.Logf("leader %s killed; %s leads, %s after the kill", firstLeader, successor, time.Since(killed).Round(time.Second))
+
+	// And, leading, marks Lost the sandboxes of a node that went silent.
+	stopAgent["node-b"]()
+	delete(stopAgent, "node-b")
+	for _, id := range []string{ids[0], ids[1], ids[2], sb.ID} {
+		if o := readSandbox(t, rc, id); o.Spec.Node == "node-b" && o.Status.State == v1alpha1.SandboxRunning {
+			got, took := waitState(t, rc, id, v1alpha1.SandboxLost, 15*time.Second)
+			t.Logf("node-b stopped; Sandbox %s %s %s later: %s", id, got.Status.State, took.Round(time.Millisecond), got.Status.Reason)
+			checkStatus(t, "GET a lost sandbox", http.StatusNotFound, func() error {
+				_, err := cl2.GetSandbox(ctx, id)
+				return err
+			})
+		}
+	}
+}
+
+// leaderHolder waits until the leader Lease is held by someone other than
+// not, and returns the holder.
+func leaderHolder(t *testing.T, c *kubetest.Cluster, not string, within time.Duration) string {
+	t.Helper()
+	cc, err := coordinationclient.NewForConfig(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+		l, err := cc.Leases(namespace).Get(t.Context(), control.LeaderLease, metav1.GetOptions{})
+		if err == nil {
+			if h := ptr.Deref(l.Spec.HolderIdentity, ""); h != "" && h != not {
+				return h
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leader other than %q within %s (%v)", not, within, err)
+		}
+	}
 }
 
 // readSandbox reads Sandbox name from the API server.
