@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -135,17 +136,7 @@ func TestAPIReplica(t *testing.T) {
 	}()
 	// Both nodes published before the replicas list them: else the first
 	// creates would find no node.
-	for _, name := range []string{"node-a", "node-b"} {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Name(name).Do(t.Context()).Error()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("SandboxNode %s not published within 30 s: %v", name, err)
-			}
-		}
-	}
+	waitJoined(t, c, "node-a", "node-b")
 	// One first: it leads, and the second is a candidate.
 	one := startAPIReplica(t, c, bin)
 	firstLeader := leaderHolder(t, c, "", 30*time.Second)
@@ -314,6 +305,37 @@ func leaderHolder(t *testing.T, c *kubetest.Cluster, not string, within time.Dur
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no leader other than %q within %s (%v)", not, within, err)
+		}
+	}
+}
+
+// waitJoined waits until each of nodes has published its SandboxNode and
+// renewed its Lease since: an agent's first round creates the Lease, then
+// writes the SandboxNode (the first write of a custom kind can take
+// seconds, longer than the tests' 3 s Leases), and renews from then on.
+func waitJoined(t *testing.T, c *kubetest.Cluster, nodes ...string) {
+	t.Helper()
+	rc, err := v1alpha1.NewClient(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := coordinationclient.NewForConfig(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range nodes {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			var n v1alpha1.SandboxNode
+			err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Name(name).Do(t.Context()).Into(&n)
+			if err == nil {
+				var l *coordinationv1.Lease
+				if l, err = cc.Leases(namespace).Get(t.Context(), name, metav1.GetOptions{}); err == nil && l.Spec.RenewTime.After(n.CreationTimestamp.Time) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s: no SandboxNode, or no Lease renewal after it, within 30 s (%v)", name, err)
+			}
 		}
 	}
 }

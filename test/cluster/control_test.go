@@ -94,6 +94,7 @@ func TestLostAndLeader(t *testing.T) {
 	stopA := agent("node-a")
 	defer stopA()
 	stopB := agent("node-b")
+	waitJoined(t, c, "node-a", "node-b")
 
 	led := make(chan string, 2)
 	stops := map[string]func(){
