@@ -4,6 +4,8 @@
 //
 //   - Cache: the namespace's Leases, SandboxNodes and Sandboxes, kept
 //     current by watches, which placement and the API read;
+//   - Place and Placer: the node a new sandbox goes to (a live Lease, a free
+//     slot, the template built there);
 //   - Elector: leader election among the replicas on one Lease, so that
 //     one of them, and one only, runs the cluster's chores;
 //   - LostMarker: the leader's chore of marking Lost the sandboxes of a
