@@ -183,6 +183,59 @@ func TestAPIReplica(t *testing.T) {
 		t.Errorf("%d Sandbox objects after the refused creates, want %d", n, objects)
 	}
 
+	// A create waits for its node: on a node that never reports (its
+	// Lease and SandboxNode written here, no agent), it waits until its
+	// object is deleted, and is then 409.
+	silentNode(t, c, rc, "node-silent", "slow")
+	createErr := make(chan error, 1)
+	go func() {
+		// 400 until the replica's cache has the node's template.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			_, err := cl1.CreateSandbox(ctx, client.CreateOptions{Template: "slow"})
+			var apiErr *client.APIError
+			if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || time.Now().After(deadline) {
+				createErr <- err
+				return
+			}
+		}
+	}()
+	var waiting string
+	for deadline := time.Now().Add(10 * time.Second); waiting == ""; time.Sleep(20 * time.Millisecond) {
+		var l v1alpha1.SandboxList
+		if err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Do(ctx).Into(&l); err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range l.Items {
+			if o.Spec.Node == "node-silent" {
+				waiting = o.Name
+			}
+		}
+		select {
+		case err := <-createErr:
+			t.Fatalf("the create on a silent node returned: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no Sandbox placed on node-silent within 10 s")
+		}
+	}
+	select {
+	case err := <-createErr:
+		t.Fatalf("the create on a silent node returned before its object was deleted: %v", err)
+	case <-time.After(time.Second):
+	}
+	if err := rc.Delete().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(waiting).Do(ctx).Error(); err != nil {
+		t.Fatal(err)
+	}
+	checkStatus(t, "a create whose object was deleted while it waited", http.StatusConflict, func() error {
+		select {
+		case err := <-createErr:
+			return err
+		case <-time.After(10 * time.Second):
+			return errors.New("still waiting 10 s after its object was deleted")
+		}
+	})
+
 	// Get, list and setTimeout through the other replica.
 	info, err := cl2.GetSandbox(ctx, ids[0])
 	if err != nil {
@@ -337,6 +390,37 @@ func waitJoined(t *testing.T, c *kubetest.Cluster, nodes ...string) {
 				t.Fatalf("node %s: no SandboxNode, or no Lease renewal after it, within 30 s (%v)", name, err)
 			}
 		}
+	}
+}
+
+// silentNode writes a live Lease (a minute) and a SandboxNode with room
+// and template built for node name, as an agent would, but runs no agent:
+// what is placed there is never reported.
+func silentNode(t *testing.T, c *kubetest.Cluster, rc *rest.RESTClient, name, template string) {
+	t.Helper()
+	cc, err := coordinationclient.NewForConfig(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NowMicro()
+	_, err = cc.Leases(namespace).Create(t.Context(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(name), LeaseDurationSeconds: ptr.To[int32](60), RenewTime: &now},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &v1alpha1.SandboxNode{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "SandboxNode"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec:       v1alpha1.SandboxNodeSpec{Address: "127.0.0.1:1"},
+	}
+	if err := rc.Post().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Body(n).Do(t.Context()).Into(n); err != nil {
+		t.Fatal(err)
+	}
+	n.Status = v1alpha1.SandboxNodeStatus{Capacity: v1alpha1.NodeCapacity{Sandboxes: 10}, Templates: []string{template}}
+	if err := rc.Put().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Name(name).SubResource("status").Body(n).Do(t.Context()).Error(); err != nil {
+		t.Fatal(err)
 	}
 }
 

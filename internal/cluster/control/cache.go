@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -60,6 +61,9 @@ func NewCache(kube *rest.Config, namespace string) (*Cache, error) {
 	}
 	c.waiters = make(map[string][]chan struct{})
 	wake := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
 		if o, ok := obj.(*v1alpha1.Sandbox); ok {
 			c.wake(o.Name)
 		}
@@ -67,6 +71,7 @@ func NewCache(kube *rest.Config, namespace string) (*Cache, error) {
 	if _, err := c.sandboxes.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    wake,
 		UpdateFunc: func(_, obj any) { wake(obj) },
+		DeleteFunc: wake,
 	}); err != nil {
 		return nil, fmt.Errorf("watching sandboxes for waiters: %w", err)
 	}
@@ -120,17 +125,30 @@ func (c *Cache) SandboxesOn(node string) []*v1alpha1.Sandbox {
 	return all[*v1alpha1.Sandbox](objs)
 }
 
+// ErrDeleted is returned by Await when the Sandbox it waits on is
+// deleted.
+var ErrDeleted = errors.New("sandbox deleted")
+
 // Await waits until the cache holds Sandbox name and ok says yes of it,
-// and returns it; it gives up after within or when ctx ends.
+// and returns it; it gives up after within, when ctx ends, or when the
+// Sandbox, once seen, is deleted (ErrDeleted).
 func (c *Cache) Await(ctx context.Context, name string, within time.Duration, ok func(*v1alpha1.Sandbox) bool) (*v1alpha1.Sandbox, error) {
 	ctx, cancel := context.WithTimeoutCause(ctx, within, fmt.Errorf("not there after %s", within))
 	defer cancel()
+	seen := false
 	for {
 		// Registered before the look, so that no change falls between.
 		changed := c.wait(name)
-		if o, found := c.Sandbox(name); found && ok(o) {
+		o, found := c.Sandbox(name)
+		switch {
+		case found && ok(o):
 			c.unwait(name, changed)
 			return o, nil
+		case found:
+			seen = true
+		case seen:
+			c.unwait(name, changed)
+			return nil, fmt.Errorf("waiting on %s: %w", name, ErrDeleted)
 		}
 		select {
 		case <-changed:

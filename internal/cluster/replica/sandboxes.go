@@ -100,6 +100,9 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 		release() // the cache shows the object now: placement counts it
 		return o.Status.State != "" && o.Status.State != v1alpha1.SandboxPending
 	})
+	if errors.Is(err, control.ErrDeleted) {
+		return store.Sandbox{}, fmt.Errorf("%w: sandbox %s was killed before node %s started it", sandbox.ErrConflict, created.Name, node)
+	}
 	if err != nil {
 		// The create's context ended or the node is slow: the object
 		// goes, so that no sandbox starts that nobody got the ID of.
