@@ -20,6 +20,11 @@ import (
 // internalMessage is all a client learns about a 500; the detail is logged.
 const internalMessage = "internal server error"
 
+// ErrNotImplemented is for a call a Sandboxes does not offer (cluster
+// mode's API replicas offer fewer than a host): answered 501 with the
+// error's text.
+var ErrNotImplemented = errors.New("not implemented")
+
 // errorBody is the E2B error body; code always equals the HTTP status.
 type errorBody struct {
 	Code    int    `json:"code"`
@@ -40,8 +45,9 @@ func writeError(w http.ResponseWriter, status int, msg string) {
 
 // fail turns a manager error about sandbox id into an HTTP answer: not
 // found 404, conflict 409, invalid 400, limit 429, template being built
-// 503 with Retry-After, disk below the reserve 507, anything else 500
-// with the detail only in the log.
+// 503 with Retry-After, disk below the reserve 507, a call this server
+// does not offer (ErrNotImplemented) 501,
+// anything else 500 with the detail only in the log.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, id string, err error) {
 	status, msg := h.failure(r, id, err)
 	if building := (*template.BuildingError)(nil); errors.As(err, &building) {
@@ -75,6 +81,8 @@ func (h *Handler) failure(r *http.Request, id string, err error) (int, string) {
 		return http.StatusInsufficientStorage, err.Error()
 	case errors.Is(err, store.ErrInvalidToken):
 		return http.StatusBadRequest, "invalid nextToken"
+	case errors.Is(err, ErrNotImplemented):
+		return http.StatusNotImplemented, err.Error()
 	}
 	h.log.Error("api request", "method", r.Method, "path", r.URL.Path, "sandbox_id", id, "err", err)
 	return http.StatusInternalServerError, internalMessage

@@ -140,7 +140,8 @@ Environment:
 			if *apiKey != "" {
 				cfg.APIKeys = []string{*apiKey}
 			}
-			if os.Geteuid() != 0 {
+			apiRole := cfg.Cluster.Role == server.RoleAPI
+			if os.Geteuid() != 0 && !apiRole {
 				return errors.New("needs root: sandboxes use namespaces, cgroups and mounts (run it with sudo)")
 			}
 			level := slog.LevelInfo
@@ -154,6 +155,9 @@ Environment:
 				}
 			}
 			cfg.Version = version
+			if apiRole {
+				return server.RunAPI(ctx, cfg, log, std.stdout)
+			}
 			srv, err := server.New(ctx, cfg, log, std.stderr)
 			if err != nil {
 				return err
@@ -221,9 +225,10 @@ func formatLongDuration(d time.Duration) string {
 // addClusterFlags defines the flags of cluster mode; their defaults come
 // from the environment a DaemonSet's pod sets (deploy/kubernetes).
 func addClusterFlags(fs *flag.FlagSet, c *server.ClusterConfig) {
-	fs.StringVar(&c.Mode, "cluster", "", "join a cluster as a node: `MODE` kubernetes keeps this host's Lease renewed and publishes it as a SandboxNode (docs/KUBERNETES.md); default: a host on its own")
+	fs.StringVar(&c.Mode, "cluster", "", "join a cluster: `MODE` kubernetes; as a node, keeps this host's Lease renewed, publishes it as a SandboxNode and runs the Sandboxes placed on it (docs/KUBERNETES.md); default: a host on its own")
+	fs.StringVar(&c.Role, "role", server.RoleNode, "`ROLE` in the cluster: node (runs sandboxes; needs root) or api (an API replica: the E2B API over the cluster's Sandbox objects, placing each on a node; no root, no data; needs --api-key)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig `FILE` to reach the API server with in cluster mode; default: the pod's service account")
-	fs.StringVar(&c.Namespace, "cluster-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "agent-sandbox"), "`NAMESPACE` of this node's Lease and SandboxNode in cluster mode")
+	fs.StringVar(&c.Namespace, "cluster-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "agent-sandbox"), "`NAMESPACE` of the cluster's objects (Leases, SandboxNodes, Sandboxes) in cluster mode")
 	host, _ := os.Hostname()
 	fs.StringVar(&c.NodeName, "node-name", cmp.Or(os.Getenv("NODE_NAME"), host), "`NAME` of this node in cluster mode: its Lease's and SandboxNode's")
 	fs.StringVar(&c.NodeAddress, "node-address", "", "`HOST:PORT` API replicas reach this node's sandboxes at, in cluster mode; default: --listen")

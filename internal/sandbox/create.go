@@ -182,7 +182,7 @@ func (m *Manager) newRecord(req CreateRequest, tmpl *template.Template, res isol
 // cleans up.
 func (m *Manager) record(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
 	for attempt := 0; ; attempt++ {
-		rec.ID = newID()
+		rec.ID = NewID()
 		out, err := m.cfg.Store.CreateSandbox(ctx, rec)
 		if err == nil {
 			return out, nil
@@ -430,8 +430,10 @@ func initEnvd(ctx context.Context, inst isolation.Instance, token string, body i
 // idAlphabet is what sandbox IDs are made of after the leading "i".
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
-// newID returns "i" and 20 random characters of [a-z0-9], as E2B's IDs.
-func newID() string { return newIDWith('i') }
+// NewID returns "i" and 20 random characters of [a-z0-9], as E2B's IDs:
+// a new sandbox's, here and for the Sandbox objects of cluster mode's API
+// replicas.
+func NewID() string { return newIDWith('i') }
 
 // newIDWith returns prefix and 20 random characters of [a-z0-9].
 func newIDWith(prefix byte) string {

@@ -862,7 +862,7 @@ func TestConcurrentCreates(t *testing.T) {
 func TestNewID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 1000 {
-		id := newID()
+		id := NewID()
 		if !idRE.MatchString(id) || seen[id] {
 			t.Fatalf("bad or repeated ID %q", id)
 		}

@@ -61,7 +61,7 @@ func (m *Manager) RunStep(ctx context.Context, s template.StepSpec) (code int, e
 		ctx, cancel = context.WithTimeoutCause(ctx, s.Timeout, fmt.Errorf("%w after %s", template.ErrStepTimeout, s.Timeout))
 		defer cancel()
 	}
-	id := stepPrefix + newID()
+	id := stepPrefix + NewID()
 	log := m.log.With("sandbox_id", id)
 	m.mu.Lock()
 	m.steps[id] = true

@@ -18,10 +18,19 @@ import (
 // a Kubernetes cluster (docs/KUBERNETES.md).
 const ClusterKubernetes = "kubernetes"
 
+// The roles of a server in cluster mode: a node agent runs sandboxes; an
+// API replica serves the E2B API over the cluster's objects.
+const (
+	RoleNode = "node"
+	RoleAPI  = "api"
+)
+
 // ClusterConfig is cluster mode's part of Config.
 type ClusterConfig struct {
 	// Mode is "" (a host on its own) or ClusterKubernetes.
 	Mode string
+	// Role is RoleNode ("" too) or RoleAPI.
+	Role string
 	// Kubeconfig is the file to reach the API server with; "" = the pod's
 	// service account (in-cluster).
 	Kubeconfig string
@@ -38,13 +47,23 @@ type ClusterConfig struct {
 func (c *ClusterConfig) validate(listen string) error {
 	switch c.Mode {
 	case "":
+		if c.Role != "" && c.Role != RoleNode {
+			return fmt.Errorf("--role %s: only with --cluster kubernetes", c.Role)
+		}
 		return nil
 	case ClusterKubernetes:
 	default:
 		return fmt.Errorf("--cluster %q: want kubernetes, or none for a host on its own", c.Mode)
 	}
 	if c.Namespace == "" {
-		return fmt.Errorf("--cluster-namespace is empty: name the namespace of the node's Lease (in a pod: $POD_NAMESPACE)")
+		return fmt.Errorf("--cluster-namespace is empty: name the namespace of the cluster's objects (in a pod: $POD_NAMESPACE)")
+	}
+	switch c.Role {
+	case RoleAPI:
+		return nil
+	case "", RoleNode:
+	default:
+		return fmt.Errorf("--role %q: want node or api", c.Role)
 	}
 	if c.NodeName == "" {
 		return fmt.Errorf("--node-name is empty: name this node (in a pod: $NODE_NAME, from spec.nodeName)")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
@@ -83,4 +84,11 @@ func (c clusterSandboxes) Kill(ctx context.Context, id string) error {
 		return err
 	}
 	return nil
+}
+
+// SetEndAt implements node.Local. An end already past, or less than a
+// second away, is a second away: the manager takes timeouts of at least
+// that, and the sandbox ends by its timeout, as it should.
+func (c clusterSandboxes) SetEndAt(ctx context.Context, id string, at time.Time) error {
+	return c.manager.SetTimeout(ctx, id, max(time.Until(at), time.Second))
 }

@@ -26,9 +26,14 @@ type fakeLocal struct {
 	ended   map[string]string            // sandbox ID → why it ended
 	creates []string                     // the keys Create was called with
 	kills   []string                     // the IDs Kill was called with
+	endAt   map[string]time.Time         // by ID, what SetEndAt set
 }
 
 var _ node.Local = (*fakeLocal)(nil)
+
+func newFakeLocal() *fakeLocal {
+	return &fakeLocal{live: map[string]node.LocalSandbox{}, ended: map[string]string{}}
+}
 
 func (f *fakeLocal) Held(context.Context) (map[string]node.LocalSandbox, error) {
 	f.mu.Lock()
@@ -71,6 +76,16 @@ func (f *fakeLocal) Kill(_ context.Context, id string) error {
 	return nil
 }
 
+func (f *fakeLocal) SetEndAt(_ context.Context, id string, at time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.endAt == nil {
+		f.endAt = make(map[string]time.Time)
+	}
+	f.endAt[id] = at
+	return nil
+}
+
 // calls returns copies of what Create and Kill were called with.
 func (f *fakeLocal) calls() (creates, kills []string) {
 	f.mu.Lock()
@@ -98,24 +113,12 @@ func TestNodeSandboxes(t *testing.T) {
 		ended: map[string]string{},
 	}
 	start := func() (stop func()) {
-		a, err := node.New(nodeAccount.config(c), node.Config{
+		return startAgent(t, c, node.Config{
 			Namespace: namespace, Name: name, Address: "127.0.0.1:3000",
 			Usage:         func() node.Usage { return node.Usage{} },
 			LeaseDuration: 5 * time.Second, RenewInterval: time.Second,
 			Local: local, CheckInterval: 100 * time.Millisecond,
-		}, slog.New(slog.NewTextHandler(os.Stderr, nil)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		return func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("node agent: %v", err)
-			}
-		}
+		})
 	}
 	stop := start()
 	defer func() { stop() }()
@@ -172,6 +175,25 @@ func TestNodeSandboxes(t *testing.T) {
 	}
 	if creates, _ := local.calls(); len(creates) != 3 {
 		t.Errorf("creates %v: want three, none for %s on another node", creates, "sbx-elsewhere")
+	}
+}
+
+// startAgent runs a node agent with cfg in this process, as the node
+// role, until the returned stop is called.
+func startAgent(t *testing.T, c *kubetest.Cluster, cfg node.Config) (stop func()) {
+	t.Helper()
+	a, err := node.New(nodeAccount.config(c), cfg, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("node agent %s: %v", cfg.Name, err)
+		}
 	}
 }
 

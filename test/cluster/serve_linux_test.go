@@ -24,8 +24,9 @@ import (
 // and reported Running, and runs a command through the node's own E2B
 // API; the server restarted, the node adopts it (one local sandbox still,
 // the same), and reports a Sandbox of an unknown template Error with the
-// reason; one killed through the node's API is marked Killed; a deleted
-// object's sandbox is killed.
+// reason; a changed spec.timeout moves the local sandbox's end; one
+// killed through the node's API is marked Killed; a deleted object's
+// sandbox is killed.
 func TestServeNode(t *testing.T) {
 	testenv.RequireRoot(t)
 	c := kubetest.Start(t)
@@ -80,6 +81,28 @@ func TestServeNode(t *testing.T) {
 	}
 	if got, _ := waitState(t, rc, obj.Name, v1alpha1.SandboxRunning, time.Second); got.Status.Node != nodeName {
 		t.Errorf("after a restart: status %+v", got.Status)
+	}
+
+	// Its spec.timeout changed (an API replica's setTimeout): the node's
+	// sandbox ends that long after the object's startedAt.
+	patch := []byte(`{"spec":{"timeout":"20m0s"}}`)
+	if err := rc.Patch(types.MergePatchType).Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(obj.Name).Body(patch).Do(t.Context()).Error(); err != nil {
+		t.Fatalf("patching Sandbox %s's timeout: %v", obj.Name, err)
+	}
+	startedAt := readSandbox(t, rc, obj.Name).Status.StartedAt.Time
+	wantEnd := startedAt.Add(20 * time.Minute)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := srv.Client().GetSandbox(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.EndAt.Sub(wantEnd).Abs() < time.Second {
+			t.Logf("Sandbox %s: spec.timeout 20m; the node's sandbox %s ends at %s (started %s)", obj.Name, id, info.EndAt.Format(time.RFC3339), startedAt.Format(time.RFC3339))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s ends at %s 10 s after spec.timeout became 20m, want %s", id, info.EndAt, wantEnd)
+		}
 	}
 
 	// Killed through the node's own API: the object says so.

@@ -268,10 +268,18 @@ func statusEqual(a, b v1alpha1.SandboxNodeStatus) bool {
 }
 
 // Expired says whether a node's Lease has gone unrenewed for longer than
-// its duration at now: the node is to be taken as gone.
+// its duration at now: the node is to be taken as gone. A Lease without a
+// renewal or a duration is expired.
 func Expired(l *coordinationv1.Lease, now time.Time) bool {
+	at, ok := Expiry(l)
+	return !ok || now.After(at)
+}
+
+// Expiry is when l expires: its last renewal plus its duration; false if
+// it has either not.
+func Expiry(l *coordinationv1.Lease) (time.Time, bool) {
 	if l.Spec.RenewTime == nil || l.Spec.LeaseDurationSeconds == nil {
-		return true
+		return time.Time{}, false
 	}
-	return now.After(l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second))
+	return l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second), true
 }

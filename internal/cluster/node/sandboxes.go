@@ -31,6 +31,9 @@ type Local interface {
 	Ended(ctx context.Context, id string) (ended bool, reason string, err error)
 	// Kill kills sandbox id; one already gone is no error.
 	Kill(ctx context.Context, id string) error
+	// SetEndAt makes sandbox id end at at, by its timeout (at least a
+	// second from now).
+	SetEndAt(ctx context.Context, id string, at time.Time) error
 }
 
 // LocalSandbox is one sandbox of the node.
@@ -48,6 +51,10 @@ type held struct {
 	name      string // the object's
 	id        string // the local sandbox's
 	startedAt time.Time
+	// timeout is the object's spec.timeout last applied; 0 for an adopted
+	// sandbox, whose object's is applied again (it may have changed while
+	// the agent was down).
+	timeout time.Duration
 }
 
 // sandboxes acts on the Sandbox objects whose spec.node is this node: it
@@ -188,8 +195,7 @@ func (c *sandboxes) events(ctx context.Context, w watch.Interface, rv string, ti
 func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 	log := c.log.With("sandbox", o.Name, "uid", o.UID)
 	h, isHeld := c.held[o.UID]
-	switch o.Status.State {
-	case v1alpha1.SandboxKilled, v1alpha1.SandboxLost, v1alpha1.SandboxError:
+	if o.Status.State.Ended() {
 		if isHeld {
 			log.Info("killing the sandbox of an object marked ended", "sandbox_id", h.id, "state", o.Status.State)
 			if err := c.local.Kill(ctx, h.id); err != nil {
@@ -207,6 +213,9 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node {
 			c.setStatus(ctx, o.Name, running(c.node, h.startedAt), log)
 		}
+		if o.Spec.Timeout.Duration != h.timeout {
+			c.setTimeout(ctx, o, h, log)
+		}
 	case o.Status.State == v1alpha1.SandboxRunning:
 		// Running once, yet not on this node now: it ended while the
 		// agent was down and its record is gone.
@@ -219,10 +228,24 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 			c.setStatus(ctx, o.Name, ended(v1alpha1.SandboxError, c.node, err.Error()), log)
 			return
 		}
-		c.held[o.UID] = held{name: o.Name, id: ls.ID, startedAt: ls.StartedAt}
+		c.held[o.UID] = held{name: o.Name, id: ls.ID, startedAt: ls.StartedAt, timeout: o.Spec.Timeout.Duration}
 		log.Info("sandbox created for its object", "sandbox_id", ls.ID, "took", time.Since(t0).Round(time.Millisecond))
 		c.setStatus(ctx, o.Name, running(c.node, ls.StartedAt), log)
 	}
+}
+
+// setTimeout applies a changed spec.timeout (an API replica's setTimeout):
+// the sandbox ends that long after its status.startedAt. The status holds
+// whole seconds, and the replica counted from it, so this does too.
+func (c *sandboxes) setTimeout(ctx context.Context, o *v1alpha1.Sandbox, h held, log *slog.Logger) {
+	endAt := h.startedAt.Truncate(time.Second).Add(o.Spec.Timeout.Duration)
+	if err := c.local.SetEndAt(ctx, h.id, endAt); err != nil {
+		log.Warn("changing the timeout of a sandbox", "sandbox_id", h.id, "err", err)
+		return
+	}
+	h.timeout = o.Spec.Timeout.Duration
+	c.held[o.UID] = h
+	log.Info("sandbox timeout changed", "sandbox_id", h.id, "end_at", endAt.UTC().Format(time.RFC3339))
 }
 
 // deleted kills the local sandbox of a deleted object.

@@ -19,7 +19,10 @@ type Sandbox struct {
 type SandboxSpec struct {
 	// Template is the template's name or id, as the SDK gave it.
 	Template string `json:"template"`
-	// Timeout is how long the sandbox lives from its start (E2B's timeout).
+	// Timeout is how long the sandbox lives from its start (E2B's
+	// timeout), counted from status.startedAt in whole seconds once there
+	// is one. An API replica's setTimeout rewrites it; the node applies
+	// the change to the running sandbox.
 	Timeout metav1.Duration `json:"timeout"`
 	// Metadata is the SDK's metadata, listed and filtered on by the API.
 	Metadata map[string]string `json:"metadata,omitempty"`
@@ -41,6 +44,11 @@ const (
 	SandboxLost    SandboxState = "Lost"
 	SandboxError   SandboxState = "Error"
 )
+
+// Ended says whether s is final: nothing runs for the sandbox any more.
+func (s SandboxState) Ended() bool {
+	return s == SandboxKilled || s == SandboxLost || s == SandboxError
+}
 
 // SandboxStatus is what the node holding the sandbox reports.
 type SandboxStatus struct {

@@ -1,0 +1,365 @@
+package replica
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/control"
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
+
+// DefaultStartTimeout bounds the wait for a node to report a new sandbox
+// Running: a node builds a template it lacks on first use (minutes).
+const DefaultStartTimeout = 10 * time.Minute
+
+// Config is a Sandboxes'.
+type Config struct {
+	Namespace string
+	Cache     *control.Cache
+	Placer    *control.Placer
+	// BuiltIn are the templates every node builds on first use: a create
+	// may name one that no node has built yet.
+	BuiltIn []string
+	// StartTimeout bounds a create's wait for Running (default
+	// DefaultStartTimeout).
+	StartTimeout time.Duration
+	Log          *slog.Logger
+}
+
+// Sandboxes is the E2B API's sandboxes as Sandbox objects. It implements
+// the api package's Sandboxes.
+type Sandboxes struct {
+	cfg    Config
+	client *rest.RESTClient // agent-sandbox.dev/v1alpha1
+}
+
+// New is the sandboxes of cfg.Namespace on kube's API server.
+func New(kube *rest.Config, cfg Config) (*Sandboxes, error) {
+	if cfg.Namespace == "" || cfg.Cache == nil || cfg.Placer == nil || cfg.Log == nil {
+		return nil, errors.New("cluster sandboxes: namespace, cache, placer and log are required")
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultStartTimeout
+	}
+	client, err := v1alpha1.NewClient(kube)
+	if err != nil {
+		return nil, err
+	}
+	return &Sandboxes{cfg: cfg, client: client}, nil
+}
+
+// Create places the sandbox, writes its object (one API-server write) and
+// waits until its node reports it Running.
+func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
+	if err := supported(req); err != nil {
+		return store.Sandbox{}, err
+	}
+	if !s.known(req.Template) {
+		return store.Sandbox{}, fmt.Errorf("%w: template %q not found on any node", sandbox.ErrInvalid, req.Template)
+	}
+	node, release, err := s.cfg.Placer.Reserve(req.Template)
+	if errors.Is(err, control.ErrNoNode) {
+		return store.Sandbox{}, fmt.Errorf("%w: %v", sandbox.ErrLimit, err)
+	} else if err != nil {
+		return store.Sandbox{}, err
+	}
+	defer release()
+	obj := &v1alpha1.Sandbox{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sandbox"},
+		ObjectMeta: metav1.ObjectMeta{Name: sandbox.NewID(), Namespace: s.cfg.Namespace},
+		Spec: v1alpha1.SandboxSpec{
+			Template: req.Template,
+			Timeout:  metav1.Duration{Duration: req.Timeout},
+			Metadata: req.Metadata,
+			Node:     node,
+		},
+	}
+	created := new(v1alpha1.Sandbox)
+	if err := s.on(s.client.Post()).Body(obj).Do(ctx).Into(created); err != nil {
+		return store.Sandbox{}, fmt.Errorf("creating Sandbox %s on node %s: %w", obj.Name, node, err)
+	}
+	log := s.cfg.Log.With("sandbox_id", created.Name, "node", node)
+	got, err := s.cfg.Cache.Await(ctx, created.Name, s.cfg.StartTimeout, func(o *v1alpha1.Sandbox) bool {
+		release() // the cache shows the object now: placement counts it
+		return o.Status.State != "" && o.Status.State != v1alpha1.SandboxPending
+	})
+	if errors.Is(err, control.ErrDeleted) {
+		return store.Sandbox{}, fmt.Errorf("%w: sandbox %s was killed before node %s started it", sandbox.ErrConflict, created.Name, node)
+	}
+	if err != nil {
+		// The create's context ended or the node is slow: the object
+		// goes, so that no sandbox starts that nobody got the ID of.
+		s.remove(context.WithoutCancel(ctx), created.Name, log)
+		return store.Sandbox{}, fmt.Errorf("waiting for node %s to start sandbox %s: %w", node, created.Name, err)
+	}
+	if got.Status.State != v1alpha1.SandboxRunning {
+		s.remove(context.WithoutCancel(ctx), created.Name, log)
+		return store.Sandbox{}, fmt.Errorf("node %s could not start sandbox %s: %s: %s", node, created.Name, got.Status.State, got.Status.Reason)
+	}
+	return view(got), nil
+}
+
+// supported refuses what the Sandbox object cannot carry yet, rather than
+// create a sandbox without it.
+func supported(req sandbox.CreateRequest) error {
+	var field string
+	switch {
+	case len(req.EnvVars) > 0:
+		field = "envVars"
+	case req.AutoPause:
+		field = "autoPause"
+	case req.AllowInternetAccess != nil && !*req.AllowInternetAccess:
+		field = "allowInternetAccess false"
+	case len(req.Network) > 0:
+		field = "network"
+	case len(req.VolumeMounts) > 0:
+		field = "volumeMounts"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s is not supported in cluster mode yet", sandbox.ErrInvalid, field)
+}
+
+// known says whether some live node has template built, or every node
+// builds it on first use.
+func (s *Sandboxes) known(template string) bool {
+	if slices.Contains(s.cfg.BuiltIn, template) {
+		return true
+	}
+	for _, n := range s.cfg.Cache.Nodes() {
+		if slices.Contains(n.Status.Templates, template) {
+			return true
+		}
+	}
+	return false
+}
+
+// Get reads the sandbox's object from the API server, not the cache: a
+// client that created it through another replica finds it at once.
+func (s *Sandboxes) Get(ctx context.Context, id string) (store.Sandbox, error) {
+	o, err := s.get(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, err
+	}
+	return view(o), nil
+}
+
+// get reads a live sandbox's object: an ended one is not found, as on a
+// single host.
+func (s *Sandboxes) get(ctx context.Context, id string) (*v1alpha1.Sandbox, error) {
+	o := new(v1alpha1.Sandbox)
+	err := s.on(s.client.Get()).Name(id).Do(ctx).Into(o)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, sandbox.ErrNotFound
+	case err != nil:
+		return nil, fmt.Errorf("reading Sandbox %s: %w", id, err)
+	case o.Status.State.Ended():
+		return nil, &sandbox.EndedError{ID: id, At: endedAt(o), Reason: cmp.Or(o.Status.Reason, string(o.Status.State))}
+	}
+	return o, nil
+}
+
+// Kill deletes the object; the node kills the sandbox when it sees the
+// deletion.
+func (s *Sandboxes) Kill(ctx context.Context, id string) error {
+	o, getErr := s.get(ctx, id)
+	if getErr != nil && !errors.Is(getErr, sandbox.ErrNotFound) {
+		return getErr
+	}
+	err := s.on(s.client.Delete()).Name(id).Do(ctx).Error()
+	switch {
+	case apierrors.IsNotFound(err):
+		return sandbox.ErrNotFound
+	case err != nil:
+		return fmt.Errorf("deleting Sandbox %s: %w", id, err)
+	case o == nil:
+		return getErr // an ended sandbox's object, deleted: it was not live
+	}
+	return nil
+}
+
+// SetTimeout makes the sandbox end d from now: its spec.timeout becomes
+// the time from its status.startedAt to then, which its node applies.
+func (s *Sandboxes) SetTimeout(ctx context.Context, id string, d time.Duration) error {
+	o, err := s.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if o.Status.StartedAt == nil {
+		return fmt.Errorf("%w: sandbox %s has not started yet", sandbox.ErrConflict, id)
+	}
+	timeout := time.Now().Add(d).Sub(o.Status.StartedAt.Time).Round(time.Second)
+	body, err := json.Marshal(map[string]any{"spec": map[string]any{"timeout": metav1.Duration{Duration: timeout}}})
+	if err != nil {
+		return fmt.Errorf("encoding the timeout of Sandbox %s: %w", id, err)
+	}
+	err = s.on(s.client.Patch(types.MergePatchType)).Name(id).Body(body).Do(ctx).Error()
+	switch {
+	case apierrors.IsNotFound(err):
+		return sandbox.ErrNotFound
+	case err != nil:
+		return fmt.Errorf("setting the timeout of Sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// List lists from the cache, as the store lists on a single host: the
+// query's states (running and paused by default), metadata, template and
+// start time, ordered by start time and ID, a page at a time.
+func (s *Sandboxes) List(_ context.Context, q store.ListQuery) ([]store.Sandbox, string, error) {
+	return list(s.cfg.Cache.Sandboxes(), q)
+}
+
+// list is one page of q over objs.
+func list(objs []*v1alpha1.Sandbox, q store.ListQuery) ([]store.Sandbox, string, error) {
+	after, err := decodeCursor(q.NextToken)
+	if err != nil {
+		return nil, "", err
+	}
+	states := q.States
+	if len(states) == 0 {
+		states = []store.State{store.StateRunning, store.StatePaused}
+	}
+	var out []store.Sandbox
+	for _, o := range objs {
+		sb := view(o)
+		if !slices.Contains(states, sb.State) || (q.TemplateID != "" && sb.TemplateID != q.TemplateID) ||
+			sb.StartedAt.Truncate(time.Millisecond).Before(q.StartedAfter) || !hasMetadata(sb.Metadata, q.Metadata) {
+			continue
+		}
+		out = append(out, sb)
+	}
+	desc := q.Order != store.OrderAsc
+	compare := func(a, b store.Sandbox) int {
+		c := cmp.Or(a.StartedAt.Compare(b.StartedAt), cmp.Compare(a.ID, b.ID))
+		if desc {
+			return -c
+		}
+		return c
+	}
+	slices.SortFunc(out, compare)
+	if after != nil {
+		i, _ := slices.BinarySearchFunc(out, *after, compare)
+		for i < len(out) && compare(out[i], *after) <= 0 {
+			i++
+		}
+		out = out[i:]
+	}
+	limit := q.Limit
+	if limit == 0 {
+		limit = store.DefaultListLimit
+	}
+	limit = min(max(limit, 1), store.MaxListLimit)
+	if len(out) <= limit {
+		return out, "", nil
+	}
+	out = out[:limit]
+	return out, encodeCursor(out[limit-1]), nil
+}
+
+func hasMetadata(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// encodeCursor is a page token: the last sandbox listed, by start time and
+// ID.
+func encodeCursor(sb store.Sandbox) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(sb.StartedAt.UnixNano(), 10) + "/" + sb.ID))
+}
+
+func decodeCursor(token string) (*store.Sandbox, error) {
+	if token == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil {
+		return nil, store.ErrInvalidToken
+	}
+	ns, id, ok := strings.Cut(string(b), "/")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, store.ErrInvalidToken
+	}
+	return &store.Sandbox{ID: id, StartedAt: time.Unix(0, n)}, nil
+}
+
+// remove deletes an object whose create failed.
+func (s *Sandboxes) remove(ctx context.Context, name string, log *slog.Logger) {
+	if err := s.on(s.client.Delete()).Name(name).Do(ctx).Error(); err != nil && !apierrors.IsNotFound(err) {
+		log.Warn("deleting the Sandbox of a failed create", "err", err)
+	}
+}
+
+// on points r at the namespace's Sandboxes.
+func (s *Sandboxes) on(r *rest.Request) *rest.Request {
+	return r.Namespace(s.cfg.Namespace).Resource(v1alpha1.SandboxResource)
+}
+
+// view is the E2B API's sandbox of an object.
+func view(o *v1alpha1.Sandbox) store.Sandbox {
+	started := o.CreationTimestamp.Time
+	if o.Status.StartedAt != nil {
+		started = o.Status.StartedAt.Time
+	}
+	return store.Sandbox{
+		ID:         o.Name,
+		TemplateID: o.Spec.Template,
+		State:      state(o.Status.State),
+		Reason:     o.Status.Reason,
+		StartedAt:  started,
+		EndAt:      started.Add(o.Spec.Timeout.Duration),
+		Timeout:    o.Spec.Timeout.Duration,
+		Metadata:   maps.Clone(o.Spec.Metadata),
+	}
+}
+
+// state is the store's state of an object's.
+func state(s v1alpha1.SandboxState) store.State {
+	switch s {
+	case v1alpha1.SandboxRunning:
+		return store.StateRunning
+	case v1alpha1.SandboxPaused:
+		return store.StatePaused
+	case v1alpha1.SandboxKilled:
+		return store.StateKilled
+	case v1alpha1.SandboxLost, v1alpha1.SandboxError:
+		return store.StateError
+	}
+	return store.StateStarting
+}
+
+// endedAt is when o's status was last written, which for an ended
+// sandbox is when it ended (the API server keeps the time per writer and
+// subresource).
+func endedAt(o *v1alpha1.Sandbox) time.Time {
+	var at time.Time
+	for _, f := range o.ManagedFields {
+		if f.Subresource == "status" && f.Time != nil && f.Time.After(at) {
+			at = f.Time.Time
+		}
+	}
+	return cmp.Or(at, o.CreationTimestamp.Time)
+}

@@ -1,0 +1,107 @@
+package replica
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
+	"github.com/agent-sandbox/agent-sandbox/internal/store"
+)
+
+var t0 = time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+
+// object is Sandbox name of template, started at t0 plus start seconds,
+// in state, with metadata md.
+func object(name, template string, start int, state v1alpha1.SandboxState, md map[string]string) *v1alpha1.Sandbox {
+	started := metav1.NewTime(t0.Add(time.Duration(start) * time.Second))
+	return &v1alpha1.Sandbox{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: started},
+		Spec:       v1alpha1.SandboxSpec{Template: template, Timeout: metav1.Duration{Duration: time.Minute}, Metadata: md},
+		Status:     v1alpha1.SandboxStatus{State: state, StartedAt: &started},
+	}
+}
+
+func TestList(t *testing.T) {
+	const running, paused, killed, lost = v1alpha1.SandboxRunning, v1alpha1.SandboxPaused, v1alpha1.SandboxKilled, v1alpha1.SandboxLost
+	objs := []*v1alpha1.Sandbox{
+		object("a", "base", 1, running, map[string]string{"team": "x"}),
+		object("b", "desktop", 2, paused, nil),
+		object("c", "base", 3, killed, nil),
+		object("d", "base", 4, running, map[string]string{"team": "y"}),
+		object("e", "base", 4, lost, nil),
+		object("f", "base", 5, "", nil), // written, not started
+	}
+	ids := func(sbs []store.Sandbox) []string {
+		var out []string
+		for _, sb := range sbs {
+			out = append(out, sb.ID)
+		}
+		return out
+	}
+	tests := []struct {
+		name string
+		q    store.ListQuery
+		want []string
+	}{
+		{"running and paused, newest first", store.ListQuery{}, []string{"d", "b", "a"}},
+		{"oldest first", store.ListQuery{Order: store.OrderAsc}, []string{"a", "b", "d"}},
+		{"ended ones when asked", store.ListQuery{States: []store.State{store.StateKilled, store.StateError}}, []string{"e", "c"}},
+		{"by metadata", store.ListQuery{Metadata: map[string]string{"team": "y"}}, []string{"d"}},
+		{"by template", store.ListQuery{TemplateID: "desktop"}, []string{"b"}},
+		{"started after", store.ListQuery{StartedAfter: t0.Add(2 * time.Second)}, []string{"d", "b"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, next, err := list(objs, tt.q)
+			if err != nil || next != "" || !slices.Equal(ids(got), tt.want) {
+				t.Fatalf("list = %v, %q, %v; want %v", ids(got), next, err, tt.want)
+			}
+		})
+	}
+
+	t.Run("pages", func(t *testing.T) {
+		q := store.ListQuery{Limit: 1, States: []store.State{store.StateRunning, store.StatePaused, store.StateKilled, store.StateError}}
+		var all []string
+		for range 10 {
+			page, next, err := list(objs, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			all = append(all, ids(page)...)
+			if next == "" {
+				break
+			}
+			q.NextToken = next
+		}
+		// e and d started at once: by ID, descending.
+		if want := []string{"e", "d", "c", "b", "a"}; !slices.Equal(all, want) {
+			t.Errorf("paged through %v, want %v", all, want)
+		}
+	})
+	t.Run("a bad token", func(t *testing.T) {
+		if _, _, err := list(objs, store.ListQuery{NextToken: "!!"}); !errors.Is(err, store.ErrInvalidToken) {
+			t.Errorf("list with a bad token: %v, want ErrInvalidToken", err)
+		}
+	})
+}
+
+func TestKeys(t *testing.T) {
+	if _, err := NewKeys(); err == nil {
+		t.Error("NewKeys with no key: no error")
+	}
+	const key = "e2b_0123456789abcdef0123456789abcdef01234567"
+	k, err := NewKeys(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := k.VerifyAPIKey(t.Context(), key); err != nil || got.Masked() != "e2b_01...4567" {
+		t.Errorf("the key given: %+v, %v", got, err)
+	}
+	if _, err := k.VerifyAPIKey(t.Context(), key[:len(key)-1]+"8"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("another key: %v, want store.ErrNotFound", err)
+	}
+}
