@@ -13,13 +13,10 @@ import assert from 'node:assert/strict'
 import { mkdirSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { chromium } from 'playwright-core'
 import { Template } from 'e2b'
 
-import { apiFetch, apiKey, apiUrl, createSandbox, hostNetworkChanged, killCreated, loadPage, mode, navigationCut, runTag, waitFor } from './helpers.mjs'
+import { apiFetch, apiKey, apiUrl, createSandbox, hostNetworkChanged, killCreated, launchChromium, loadPage, mode, navigationCut, runTag, waitFor } from './helpers.mjs'
 
-/** Debian's chromium, which scripts/install-deps.sh --test installs. */
-const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
 const ARTIFACTS = process.env.SDK_TEST_ARTIFACTS || join(tmpdir(), `agent-sandbox-dashboard-${runTag}`)
 /** A laptop screen. */
 const VIEWPORT = { width: 1366, height: 768 }
@@ -74,13 +71,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     const metadata = { [LIST_META_KEY]: runTag }
     ;[{ sbx }, { sbx: other }] = await Promise.all([createSandbox({ timeoutMs: 240_000, metadata }), createSandbox({ timeoutMs: 240_000, metadata })])
     mkdirSync(ARTIFACTS, { recursive: true })
-    // The TLS mode's API host is under the suite's domain, which resolves
-    // to this machine; its certificate is the suite's own CA's.
-    const domain = new URL(`http://${process.env.E2B_DOMAIN}`).hostname
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [`--host-resolver-rules=MAP *.${domain} 127.0.0.1`, '--ignore-certificate-errors'],
-    })
+    browser = await launchChromium()
   })
 
   after(async () => {

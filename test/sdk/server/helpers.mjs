@@ -9,6 +9,7 @@ import { request as httpRequest } from 'node:http'
 import { request as httpsRequest } from 'node:https'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Sandbox } from 'e2b'
+import { chromium } from 'playwright-core'
 
 function required(name) {
   const v = process.env[name]
@@ -258,6 +259,22 @@ export function websocketRequest(url, timeoutMs) {
     },
     agent: false,
     timeout: timeoutMs,
+  })
+}
+
+/** Debian's chromium, which scripts/install-deps.sh --test installs. */
+const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
+
+/**
+ * Headless Chromium for pages the server serves: the suite's domain (the
+ * sandbox hosts, and the TLS mode's API host) resolves to this machine,
+ * and the TLS mode's certificates are the suite's own CA's.
+ */
+export function launchChromium() {
+  const domain = new URL(`http://${process.env.E2B_DOMAIN}`).hostname
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    args: [`--host-resolver-rules=MAP *.${domain} 127.0.0.1`, '--ignore-certificate-errors'],
   })
 }
 

@@ -15,10 +15,9 @@
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { chromium } from 'playwright-core'
 import { Sandbox } from 'e2b'
 
-import { RUN_META_KEY, apiFetch, hostUrl, killCreated, liveView, mode, runTag, serveDir, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, hostUrl, killCreated, launchChromium, liveView, mode, runTag, serveDir, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -26,8 +25,6 @@ const TAKEOVER_PORT = 6091
 const PORT = 8000
 const PAGE = `http://127.0.0.1:${PORT}/button.html`
 const SITE = '/home/user/site'
-/** Debian's chromium, which scripts/install-deps.sh --test installs. */
-const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
 /**
  * The button's middle, in CSS pixels of the sandbox's page: headless
  * Chromium's viewport is 780x437, which the page fits in.
@@ -81,13 +78,7 @@ describe(`live view of a browser sandbox (${mode} mode)`, { timeout: 300_000 }, 
     await sbx.files.write(`${SITE}/button.html`, BUTTON_PAGE)
     await serveDir(sbx, SITE, PORT)
     await act(sbx.sandboxId, { action: 'navigate', url: PAGE })
-    // The suite's sandbox hosts resolve to this machine (*.localhost does
-    // by itself); the TLS mode's certificate is the suite's own CA's.
-    const domain = new URL(`http://${process.env.E2B_DOMAIN}`).hostname
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [`--host-resolver-rules=MAP *.${domain} 127.0.0.1`, '--ignore-certificate-errors'],
-    })
+    browser = await launchChromium()
     links = await liveView(sbx, { ttl: 600 })
   })
 

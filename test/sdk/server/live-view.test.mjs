@@ -12,17 +12,14 @@
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { chromium } from 'playwright-core'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiKey, apiUrl, hostUrl, killCreated, liveView, loadPage, mode, runTag, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiKey, apiUrl, hostUrl, killCreated, launchChromium, liveView, loadPage, mode, runTag, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
 const TAKEOVER_PORT = 6091
 const DISPLAY = { width: 1024, height: 768 }
-/** Debian's chromium, which scripts/install-deps.sh --test installs. */
-const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
 
 /** The WebSocket URL the noVNC page of pageUrl connects to: its path setting, under the page's origin. */
 function socketUrl(pageUrl) {
@@ -54,13 +51,7 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
     )
     const v = Object.fromEntries(geometry.trim().split('\n').map((l) => l.split('=')))
     centre = { x: Number(v.X) + Number(v.WIDTH) / 2, y: Number(v.Y) + Number(v.HEIGHT) / 2 }
-    // The suite's sandbox hosts resolve to this machine (*.localhost does
-    // by itself); the TLS mode's certificate is the suite's own CA's.
-    const domain = new URL(`http://${process.env.E2B_DOMAIN}`).hostname
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      args: [`--host-resolver-rules=MAP *.${domain} 127.0.0.1`, '--ignore-certificate-errors'],
-    })
+    browser = await launchChromium()
     links = await liveView(sbx, { ttl: 600 })
   })
 
