@@ -35,26 +35,14 @@ type tokens struct {
 func loadTokens(path string) (*tokens, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		key := make([]byte, 32)
-		rand.Read(key)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
-		}
-		// O_EXCL: a concurrent first start keeps the key that won.
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err == nil {
-			_, err = f.WriteString(hex.EncodeToString(key))
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return nil, fmt.Errorf("writing the volume token key: %w", err)
-			}
+		key, made := makeKey(path)
+		if made == nil {
 			return &tokens{key: key, now: time.Now}, nil
 		}
-		if !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("making the volume token key: %w", err)
+		if !errors.Is(made, fs.ErrExist) {
+			return nil, made
 		}
+		// A concurrent first start made it: keep its key.
 		b, err = os.ReadFile(path)
 	}
 	if err != nil {
@@ -65,6 +53,35 @@ func loadTokens(path string) (*tokens, error) {
 		return nil, fmt.Errorf("volume token key %s is malformed; remove it to make a new one (tokens given out so far stop working)", path)
 	}
 	return &tokens{key: key, now: time.Now}, nil
+}
+
+// makeKey writes a new key to path, which must not exist; fs.ErrExist
+// (wrapped) when it does. The key is written to a file of its own first
+// and linked into place whole, so of two first starts one wins and the
+// other never reads a key half written.
+func makeKey(path string) ([]byte, error) {
+	key := make([]byte, 32)
+	rand.Read(key)
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("making the volume token key's directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".key-*")
+	if err != nil {
+		return nil, fmt.Errorf("writing the volume token key: %w", err)
+	}
+	defer os.Remove(f.Name())
+	_, err = f.WriteString(hex.EncodeToString(key))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("writing the volume token key: %w", err)
+	}
+	if err := os.Link(f.Name(), path); err != nil {
+		return nil, fmt.Errorf("making the volume token key: %w", err)
+	}
+	return key, nil
 }
 
 func (t *tokens) sign(payload string) string {

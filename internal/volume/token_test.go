@@ -1,9 +1,11 @@
 package volume
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 )
@@ -46,5 +48,28 @@ func TestTokens(t *testing.T) {
 	}
 	if _, err := loadTokens(key); err == nil {
 		t.Error("a malformed key file was accepted")
+	}
+}
+
+// Servers starting at once on a fresh data dir all end up with the one
+// key that was written first.
+func TestTokensFirstStartsAtOnce(t *testing.T) {
+	for round := range 20 {
+		key := filepath.Join(t.TempDir(), "key")
+		got := make([]*tokens, 8)
+		errs := make([]error, len(got))
+		var wg sync.WaitGroup
+		for i := range got {
+			wg.Go(func() { got[i], errs[i] = loadTokens(key) })
+		}
+		wg.Wait()
+		for i, tk := range got {
+			if errs[i] != nil {
+				t.Fatalf("round %d, start %d: %v", round, i, errs[i])
+			}
+			if !bytes.Equal(tk.key, got[0].key) {
+				t.Fatalf("round %d: start %d has another key than start 0", round, i)
+			}
+		}
 	}
 }

@@ -114,9 +114,11 @@ var nameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]+$`)
 // leaves at worst storage that no record names.
 func (s *Service) Create(ctx context.Context, name string) (store.Volume, string, error) {
 	if !nameRE.MatchString(name) || len(name) > 128 {
+		//lint:ignore ST1005 E2B's own message, which its SDKs show as it is
 		return store.Volume{}, "", fmt.Errorf("Invalid volume name: %q: use 1 to 128 of a-z, A-Z, 0-9, '_' and '-': %w", name, ErrInvalid)
 	}
 	if _, err := s.records.VolumeByName(ctx, name); err == nil {
+		//lint:ignore ST1005 E2B's own message, which its SDKs show as it is
 		return store.Volume{}, "", fmt.Errorf("Volume with name '%s' already exists: %w", name, ErrExists)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return store.Volume{}, "", err
@@ -131,6 +133,7 @@ func (s *Service) Create(ctx context.Context, name string) (store.Volume, string
 			err = errors.Join(err, rerr)
 		}
 		if errors.Is(err, store.ErrExists) {
+			//lint:ignore ST1005 E2B's own message, which its SDKs show as it is
 			return store.Volume{}, "", fmt.Errorf("Volume with name '%s' already exists: %w", name, ErrExists)
 		}
 		return store.Volume{}, "", fmt.Errorf("creating volume %s: %w", name, err)
@@ -150,6 +153,7 @@ func (s *Service) Get(ctx context.Context, id string) (store.Volume, string, err
 func (s *Service) get(ctx context.Context, id string) (store.Volume, error) {
 	v, err := s.records.GetVolume(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
+		//lint:ignore ST1005 E2B's own message, which its SDKs show as it is
 		return store.Volume{}, fmt.Errorf("Volume %s not found: %w", id, ErrNotFound)
 	}
 	return v, err
