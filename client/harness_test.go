@@ -135,6 +135,14 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case r.Method == "POST" && action == "live-view":
 			writeJSON(w, 201, LiveView{URL: "http://6090-" + id + ".example.test/vnc.html", TakeoverURL: "http://6091-" + id + ".example.test/vnc.html",
 				ExpiresAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)})
+		case r.Method == "POST" && action == "recordings":
+			writeJSON(w, 201, map[string]string{"recordingId": "rec-0123456789abcdef", "path": "/home/user/recordings/rec-0123456789abcdef.mp4"})
+		case r.Method == "GET" && action == "recordings":
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"inProgress":[{"recordingId":"rec-0123456789abcdef","path":"/home/user/recordings/rec-0123456789abcdef.mp4","awaitingDisplay":true}],`+
+				`"files":[{"path":"/home/user/recordings/rec-fedcba9876543210.webm","sizeBytes":52311}]}`)
+		case r.Method == "POST" && action == "recordings/rec-0123456789abcdef/stop":
+			writeJSON(w, 200, map[string]any{"recordingId": "rec-0123456789abcdef", "path": "/home/user/recordings/rec-0123456789abcdef.mp4", "sizeBytes": 1234})
 		default:
 			apiError(w, 404, "no route")
 		}

@@ -197,6 +197,7 @@ func (h *Handler) routes() {
 	h.mux.Handle("POST /sandboxes/{id}/computer-use/anthropic", h.auth(computerUse(h, computeruse.DecodeAnthropic, (*computeruse.Executor).Anthropic)))
 	h.mux.Handle("POST /sandboxes/{id}/computer-use/openai", h.auth(computerUse(h, computeruse.DecodeOpenAI, (*computeruse.Executor).OpenAI)))
 	h.mux.Handle("POST /sandboxes/{id}/recordings", h.auth(h.startRecording))
+	h.mux.Handle("GET /sandboxes/{id}/recordings", h.auth(h.listRecordings))
 	if h.browsers != nil {
 		h.mux.Handle("POST /sandboxes/{id}/browser/actions", h.auth(h.browserAction))
 	}

@@ -32,7 +32,11 @@ func TestComputerUse(t *testing.T) {
 }
 
 func TestRecordings(t *testing.T) {
-	setup := func() *fakeSandboxes { return newFake(running("isb1")) }
+	setup := func() *fakeSandboxes {
+		paused := running("isb2")
+		paused.State = store.StatePaused
+		return newFake(running("isb1"), paused)
+	}
 	runCases(t, setup, []apiCase{
 		{name: "bad format names the field", method: "POST", target: "/sandboxes/isb1/recordings", body: `{"format":"gif"}`,
 			status: 400, wantJSON: `{"code":400,"message":"format: want mp4 or webm, got \"gif\""}`},
@@ -42,5 +46,22 @@ func TestRecordings(t *testing.T) {
 		// which the recording package's test covers.
 		{name: "no display", method: "POST", target: "/sandboxes/isb1/recordings", status: 409},
 		{name: "unknown sandbox", method: "POST", target: "/sandboxes/nope/recordings", status: 404, wantJSON: notFoundBody},
+		{name: "list of a paused sandbox", method: "GET", target: "/sandboxes/isb2/recordings",
+			status: 409, wantJSON: `{"code":409,"message":"sandbox isb2 is paused: connect to resume it first"}`},
+		{name: "list of an unknown sandbox", method: "GET", target: "/sandboxes/nope/recordings", status: 404, wantJSON: notFoundBody},
+	})
+	// A sandbox that has recorded nothing lists empty arrays, not nulls;
+	// what the listing holds otherwise is the recording package's test.
+	runCases(t, func() *fakeSandboxes {
+		f := setup()
+		f.execOK = true
+		return f
+	}, []apiCase{
+		{name: "empty list", method: "GET", target: "/sandboxes/isb1/recordings", status: 200, wantJSON: `{"inProgress":[],"files":[]}`,
+			check: func(t *testing.T, f *fakeSandboxes) {
+				if len(f.execs) != 1 || f.execs[0][0] != "sh" {
+					t.Errorf("ran %q; want the listing's sh", f.execs)
+				}
+			}},
 	})
 }

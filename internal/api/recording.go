@@ -47,3 +47,16 @@ func (h *Handler) stopRecording(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, rec)
 }
+
+// listRecordings implements GET /sandboxes/{id}/recordings: the
+// recordings in progress (those a template started with the sandbox
+// among them), which stopRecording ends, and the files in
+// recording.Dir, which the files API serves.
+func (h *Handler) listRecordings(w http.ResponseWriter, r *http.Request) {
+	l, err := h.recorder(r.PathValue("id")).List(r.Context())
+	if err != nil {
+		h.failDisplay(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, l)
+}

@@ -40,6 +40,9 @@ type templateListItem struct {
 	UpdatedAt     time.Time  `json:"updatedAt"`
 	LastSpawnedAt *time.Time `json:"lastSpawnedAt"`
 	SpawnCount    int64      `json:"spawnCount"`
+	// Recording is this server's own: the format of the recording every
+	// sandbox of the template starts with (template.Spec.Recording).
+	Recording string `json:"recording,omitempty"`
 }
 
 // listTemplates implements GET /templates: every template, by name. The
@@ -84,6 +87,10 @@ func (t *TemplateBuilds) catalog(ctx context.Context, envdVersion string) ([]tem
 	for _, b := range builds {
 		apiBuilt[b.Template] = true
 	}
+	versions := make(map[string]template.Spec, len(cached))
+	for _, v := range cached {
+		versions[v.ID] = v.Spec
+	}
 	for _, v := range cached { // newest first within a name
 		if apiBuilt[v.Name] {
 			continue
@@ -92,6 +99,7 @@ func (t *TemplateBuilds) catalog(ctx context.Context, envdVersion string) ([]tem
 		if it.BuildCount == 0 {
 			it.BuildID, it.BuildStatus, it.UpdatedAt = v.ID, string(store.BuildReady), v.BuiltAt
 			it.CPUCount, it.MemoryMB = t.resources(v.Spec.CPUCount, v.Spec.MemoryMB)
+			it.Recording = v.Spec.Recording
 		}
 		it.BuildCount++
 		it.CreatedAt = v.BuiltAt
@@ -113,6 +121,7 @@ func (t *TemplateBuilds) catalog(ctx context.Context, envdVersion string) ([]tem
 		if b.Status == store.BuildReady {
 			it.BuildID = b.ID
 			it.CPUCount, it.MemoryMB = t.resources(b.Resources.CPUCount, b.Resources.MemoryMB)
+			it.Recording = versions[b.VersionID].Recording
 		}
 	}
 	// A built-in template the server builds itself: being built (perhaps

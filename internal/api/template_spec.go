@@ -24,6 +24,10 @@ type buildBody struct {
 	Steps             []stepBody      `json:"steps"`
 	StartCmd          *string         `json:"startCmd"`
 	ReadyCmd          *string         `json:"readyCmd"`
+	// Recording is this server's own: the format ("mp4" or "webm") of
+	// the recording of its display every sandbox of the template starts
+	// with (template.Spec.Recording); absent or empty, none.
+	Recording string `json:"recording"`
 }
 
 // stepBody is TemplateStep. The SDK also sends forceUpload,
@@ -101,7 +105,7 @@ func (t *TemplateBuilds) buildSpec(ctx context.Context, name string, body buildB
 		return template.Spec{}, specErrorf("steps: at most %d, got %d", maxSteps, len(body.Steps))
 	}
 	spec := template.Spec{Name: name, From: from, FromImage: image, RegistryAuth: auth,
-		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB}
+		CPUCount: res.CPUCount, MemoryMB: res.MemoryMB, Recording: body.Recording}
 	for i, s := range body.Steps {
 		in, err := t.instruction(s)
 		if err != nil {

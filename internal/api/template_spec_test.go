@@ -35,6 +35,11 @@ func TestTemplateBuildFromImage(t *testing.T) {
 				RegistryAuth: &oci.Auth{Username: "_json_key", Password: `{"type":"service_account"}`}},
 		},
 		{
+			name: "recording (this server's own field)",
+			body: `{"fromTemplate":"desktop","recording":"webm"}`,
+			want: template.Spec{Name: "img", From: template.DesktopName, Recording: "webm"},
+		},
+		{
 			name: "E2B's base image is the base template",
 			body: `{"fromImage":"e2bdev/base"}`,
 			want: template.Spec{Name: "img", From: template.BaseName},

@@ -365,17 +365,17 @@ func TestTemplateListAndDelete(t *testing.T) {
 	h := newTemplateAPI(t, f)
 	builtAt := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	f.built["base"] = &template.Template{Name: "base", ID: "base-0123456789ab", BuiltAt: builtAt}
-	build := func(name, body string) string {
+	build := func(name, body, trigger string) string {
 		var req templateView
 		call(t, h, "POST", "/v3/templates", body, nil, &req)
-		if code := call(t, h, "POST", "/v2/templates/"+name+"/builds/"+req.BuildID, `{"fromTemplate":"base"}`, nil, nil); code != 202 {
+		if code := call(t, h, "POST", "/v2/templates/"+name+"/builds/"+req.BuildID, trigger, nil, nil); code != 202 {
 			t.Fatalf("trigger %s: %d", name, code)
 		}
 		waitBuild(t, h, name, req.BuildID)
 		return req.BuildID
 	}
-	demoBuild := build("demo", `{"name":"demo","cpuCount":1,"memoryMB":768}`)
-	build("other", `{"name":"other"}`)
+	demoBuild := build("demo", `{"name":"demo","cpuCount":1,"memoryMB":768}`, `{"fromTemplate":"base"}`)
+	build("other", `{"name":"other"}`, `{"fromTemplate":"base","recording":"webm"}`)
 
 	var list []templateListItem
 	if code := call(t, h, "GET", "/templates?teamID=x", "", nil, &list); code != 200 {
@@ -391,7 +391,11 @@ func TestTemplateListAndDelete(t *testing.T) {
 		"demo " + demoBuild + " ready 1 cpu=1 mem=768 disk=1024 envd=0.6.4 builds=1",
 	}
 	if len(got) != 3 || got[0] != want[0] || got[1] != want[1] || !strings.HasPrefix(got[2], "other ") {
-		t.Errorf("list:\n%s\nwant base and demo as\n%s\nthen other", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		t.Fatalf("list:\n%s\nwant base and demo as\n%s\nthen other", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The recording a build asked for is shown with it; none is absent.
+	if list[1].Recording != "" || list[2].Recording != "webm" {
+		t.Errorf("recordings of demo and other: %q, %q; want none and webm", list[1].Recording, list[2].Recording)
 	}
 	// The fields the CLI prints and E2B's schema requires are there.
 	var raw []map[string]any
@@ -521,6 +525,7 @@ func TestTemplateAPIValidation(t *testing.T) {
 		{"copy escapes", "POST", trigger, `{"fromTemplate":"base","steps":[{"type":"COPY","args":["../a","/a"],"filesHash":"` + testHash + `"}]}`, nil, 400, "outside the build context"},
 		{"long ready cmd", "POST", trigger, `{"fromTemplate":"base","startCmd":"x","readyCmd":"` + strings.Repeat("x", 70000) + `"}`, nil, 400, "longer than 65536 bytes"},
 		{"from itself", "POST", trigger, `{"fromTemplate":"ok"}`, nil, 400, "is not another template's name"},
+		{"unknown recording format", "POST", trigger, `{"fromTemplate":"desktop","recording":"gif"}`, nil, 400, `template ok: recording: want mp4 or webm, got "gif"`},
 		{"bad offset", "GET", "/templates/ok/builds/" + req.BuildID + "/status?logsOffset=-1", "", nil, 400, "logsOffset"},
 		{"unknown build status", "GET", "/templates/ok/builds/nope/status", "", nil, 404, `build "nope"`},
 		{"unknown template tags", "GET", "/templates/nope/tags", "", nil, 404, `template "nope"`},

@@ -82,7 +82,7 @@ Example:
 		fs.StringVar(&cfg.Userns, "userns", "auto", "run the build's sandboxes in user namespaces: `MODE` auto, on or off, as for serve")
 		addBuildFlags(fs, &cfg)
 		verbose := fs.Bool("verbose", false, "also print the build log, with each step's output, on standard error")
-		var res template.Spec // only its resources
+		var res template.Spec // only what the template's sandboxes get: resources, recording
 		fs.IntVar(&res.CPUCount, "cpu-count", 0, "`CPUS` of each sandbox of the template (default: serve --cpu-count)")
 		fs.IntVar(&res.MemoryMB, "memory-mb", 0, "memory in `MIB` of each sandbox of the template (default: serve --memory-mb)")
 		fs.Func("disk-io", "disk I/O `CAPS` of each sandbox of the template, as serve --disk-io takes them (default: serve's)", func(s string) error {
@@ -91,6 +91,7 @@ Example:
 				ReadIOPS: int(d.ReadIOPS), WriteIOPS: int(d.WriteIOPS)}
 			return err
 		})
+		fs.StringVar(&res.Recording, "recording", "", "record the display of every sandbox of the template from its start, in `FORMAT` mp4 or webm (see docs/BROWSER.md)")
 		return func(ctx context.Context, args []string, std streams) error {
 			if len(args) == 0 || len(args) > 2 {
 				return errors.New("want NAME and optionally CONTEXT_DIR")
@@ -131,7 +132,7 @@ type buildRequest struct {
 	contextDir string // empty means the Dockerfile's directory
 	buildArgs  map[string]string
 	noCache    bool
-	resources  template.Spec // CPUCount, MemoryMB and DiskIO for the spec
+	resources  template.Spec // CPUCount, MemoryMB, DiskIO and Recording for the spec
 }
 
 // resolve fills in the defaults of the Dockerfile and context paths.
@@ -184,6 +185,7 @@ func prepareBuild(b *template.Builder, req buildRequest) (*preparedBuild, error)
 		return nil, fmt.Errorf("%s: %w", req.file, err)
 	}
 	res.Spec.CPUCount, res.Spec.MemoryMB, res.Spec.DiskIO = req.resources.CPUCount, req.resources.MemoryMB, req.resources.DiskIO
+	res.Spec.Recording = req.resources.Recording
 	if req.noCache && len(res.Spec.Instructions) > 0 {
 		// A forced step reruns, and so does every step after it.
 		res.Spec.Instructions[0].Force = true

@@ -205,9 +205,10 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 		t.Errorf("rebuild output:\n%s", res.stdout)
 	}
 
-	// Resources are the template's own: a new version, every step cached.
+	// Resources and a recording are the template's own: a new version,
+	// every step cached.
 	res = buildReq(t, buildRequest{name: "web", resources: template.Spec{
-		CPUCount: 1, MemoryMB: 768, DiskIO: template.DiskIO{WriteMiBps: 20, ReadIOPS: 100},
+		CPUCount: 1, MemoryMB: 768, DiskIO: template.DiskIO{WriteMiBps: 20, ReadIOPS: 100}, Recording: "mp4",
 	}})
 	if res.err != nil {
 		t.Fatal(res.err)
@@ -217,8 +218,8 @@ func TestTemplateBuildFromDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := sized.Spec; sized.ID == first.ID || got.CPUCount != 1 || got.MemoryMB != 768 ||
-		got.DiskIO != (template.DiskIO{WriteMiBps: 20, ReadIOPS: 100}) {
-		t.Errorf("with resource flags: %s, cpu %d, memory %d, disk I/O %+v", sized.ID, got.CPUCount, got.MemoryMB, got.DiskIO)
+		got.DiskIO != (template.DiskIO{WriteMiBps: 20, ReadIOPS: 100}) || got.Recording != "mp4" {
+		t.Errorf("with resource flags: %s, cpu %d, memory %d, disk I/O %+v, recording %q", sized.ID, got.CPUCount, got.MemoryMB, got.DiskIO, got.Recording)
 	}
 	if ran, _ := stepsRun(res.stderr, steps); len(ran) != 0 {
 		t.Errorf("a resources-only change ran steps %v", ran)

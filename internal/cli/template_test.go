@@ -117,6 +117,7 @@ func TestTemplateBuildErrors(t *testing.T) {
 	unsupported := write("Dockerfile.expose", "FROM base\nRUN true\nEXPOSE 8080\n")
 	multi := write("Dockerfile.multi", "FROM base AS a\nFROM base\n")
 	missingCopy := write("Dockerfile.copy", "FROM base\nCOPY nope.txt /\n")
+	fine := write("Dockerfile.fine", "FROM base\nRUN true\n")
 	write("Dockerfile", "FROM no-such-template\nRUN true\n")
 	tests := []struct {
 		name    string
@@ -134,6 +135,7 @@ func TestTemplateBuildErrors(t *testing.T) {
 		{name: "COPY of a missing file", args: []string{"-f", missingCopy, "img"}, wantErr: missingCopy + " line 2: COPY nope.txt: no such file in the build context"},
 		{name: "unknown FROM", args: []string{"img", ctxDir}, wantErr: `from no-such-template: template "no-such-template": template not found`},
 		{name: "bad build arg", args: []string{"--build-arg", "novalue", "img"}, wantErr: `"novalue" is not KEY=VALUE`},
+		{name: "unknown recording format", args: []string{"-f", fine, "--recording", "avi", "img"}, wantErr: `template img: recording: want mp4 or webm, got "avi"`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -321,7 +321,8 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 
 // initialise posts envd's /init in inst with the template's and envVars'
 // env vars and rec's access token, presenting token, and, with service,
-// starts the template's service. Before, a sandbox behind an egress
+// starts the template's service and its recording: whenever the sandbox
+// boots rather than goes on from memory, whose processes run on. Before, a sandbox behind an egress
 // gateway gets its proxy's CA into its trust stores (installEgressCA), and
 // the env vars that point runtimes with roots of their own at it. On
 // error it returns the step that failed.
@@ -361,6 +362,11 @@ func (m *Manager) initialise(ctx context.Context, rec store.Sandbox, inst isolat
 	}
 	if err := startService(ctx, inst, rec, tmpl); err != nil {
 		return "starting the template's service", err
+	}
+	if tmpl.Spec.Recording != "" {
+		if err := m.startRecording(ctx, inst, rec, tmpl); err != nil {
+			return "starting the template's recording", err
+		}
 	}
 	return "", nil
 }

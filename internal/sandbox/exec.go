@@ -38,9 +38,21 @@ func (m *Manager) Exec(ctx context.Context, id string, env map[string]string, ar
 	if err != nil {
 		return nil, err
 	}
+	out, err := e.output(ctx, env, args...)
+	var ee *ExecError
+	if err != nil && !errors.As(err, &ee) {
+		return nil, fmt.Errorf("running %s in sandbox %s: %w", args[0], id, err)
+	}
+	return out, err
+}
+
+// output runs args (no shell) through e as e's user with env added to the
+// environment, and returns what it wrote to stdout once it exits 0; an
+// *ExecError when it exits otherwise.
+func (e envdConn) output(ctx context.Context, env map[string]string, args ...string) ([]byte, error) {
 	stream, err := e.client.Start(ctx, startRequest(e.user, e.token, &process.ProcessConfig{Cmd: args[0], Args: args[1:], Envs: env}))
 	if err != nil {
-		return nil, fmt.Errorf("running %s in sandbox %s: %w", args[0], id, err)
+		return nil, err
 	}
 	defer stream.Close()
 	var stdout, stderr bytes.Buffer
@@ -57,5 +69,5 @@ func (m *Manager) Exec(ctx context.Context, id string, env map[string]string, ar
 			return stdout.Bytes(), nil
 		}
 	}
-	return nil, fmt.Errorf("running %s in sandbox %s: %w", args[0], id, cmp.Or(stream.Err(), errors.New("no end event")))
+	return nil, cmp.Or(stream.Err(), errors.New("no end event"))
 }

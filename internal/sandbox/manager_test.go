@@ -53,14 +53,16 @@ var testTemplates = fakeTemplates{"base": {
 
 // fakeEnvd is the part of envd the manager talks to: it records POST /init
 // bodies and the X-Access-Token they came with, answers GET /health, and
-// runs every process it is asked to start at once, exiting 0, recording
-// the command line and the user (the Authorization header).
+// runs every process it is asked to start at once, exiting 0 (or what
+// exitHook says), recording the command line and the user (the
+// Authorization header).
 type fakeEnvd struct {
 	mu         sync.Mutex
 	inits      []initBody
-	initTokens []string   // X-Access-Token of each of inits
-	initHook   func() int // status for /init; nil: 204
-	runs       []string   // "user: cmd args…" of each process started
+	initTokens []string             // X-Access-Token of each of inits
+	initHook   func() int           // status for /init; nil: 204
+	exitHook   func(run string) int // exit code of a process, by its runs entry; nil: 0
+	runs       []string             // "user: cmd args…" of each process started
 	processes  http.Handler
 	files      map[string][]byte // by path, what /files served and took
 	fileOps    []string          // "METHOD path user" of each /files request
@@ -146,12 +148,18 @@ func (p fakeProcesses) Start(_ context.Context, req *connect.Request[process.Sta
 		user = u
 	}
 	cfg := req.Msg.GetProcess()
+	run := user + ": " + strings.Join(append([]string{cfg.GetCmd()}, cfg.GetArgs()...), " ")
 	p.e.mu.Lock()
-	p.e.runs = append(p.e.runs, user+": "+strings.Join(append([]string{cfg.GetCmd()}, cfg.GetArgs()...), " "))
+	p.e.runs = append(p.e.runs, run)
+	hook := p.e.exitHook
 	p.e.mu.Unlock()
+	code := 0
+	if hook != nil {
+		code = hook(run)
+	}
 	for _, ev := range []*process.ProcessEvent{
 		{Event: &process.ProcessEvent_Start{Start: &process.ProcessEvent_StartEvent{Pid: 1}}},
-		{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{Exited: true, Status: "exit status 0"}}},
+		{Event: &process.ProcessEvent_End{End: &process.ProcessEvent_EndEvent{Exited: true, ExitCode: int32(code), Status: fmt.Sprintf("exit status %d", code)}}},
 	} {
 		if err := stream.Send(&process.StartResponse{Event: ev}); err != nil {
 			return err

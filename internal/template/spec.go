@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/recording"
 	"github.com/agent-sandbox/agent-sandbox/internal/template/oci"
 )
 
@@ -88,6 +89,12 @@ type Spec struct {
 	// checks it) and in every new sandbox (a create returns once it
 	// succeeds). It and ReadyPort are alternatives.
 	ReadyCmd string `json:"readyCmd,omitempty"`
+	// Recording, when set, is the format ("mp4" or "webm") of a
+	// recording of its display that every sandbox of the template starts
+	// with and that runs until it is stopped (package recording): it
+	// begins once the display is up. Like the resources, and unlike the
+	// start command, a template built from this one does not inherit it.
+	Recording string `json:"recording,omitempty"`
 }
 
 // DiskIO is a disk I/O quota per sandbox, each way, in MiB/s and I/O
@@ -231,6 +238,11 @@ func (s Spec) Validate() error {
 	}
 	if strings.ContainsRune(s.StartCmd, 0) || strings.ContainsRune(s.ReadyCmd, 0) {
 		return fmt.Errorf("template %s: the start or ready command contains a NUL byte", s.Name)
+	}
+	if s.Recording != "" {
+		if err := recording.CheckFormat(s.Recording); err != nil {
+			return fmt.Errorf("template %s: recording: %w", s.Name, err)
+		}
 	}
 	if s.BandwidthMbit < 0 {
 		return fmt.Errorf("template %s: bandwidth %g Mbit/s is negative", s.Name, s.BandwidthMbit)

@@ -82,6 +82,7 @@ func TestHashChanges(t *testing.T) {
 		{"memory", func(s *Spec) { s.MemoryMB = 2048 }},
 		{"disk write rate", func(s *Spec) { s.DiskIO.WriteMiBps = 50 }},
 		{"disk read IOPS", func(s *Spec) { s.DiskIO.ReadIOPS = 500 }},
+		{"recording", func(s *Spec) { s.Recording = "webm" }},
 	}
 	seen := map[string]string{base: "unchanged"}
 	for _, tt := range tests {
@@ -141,6 +142,15 @@ func TestValidate(t *testing.T) {
 		{"negative cpu count", func(s *Spec) { s.CPUCount = -1 }, "cpuCount -1 is negative"},
 		{"negative memory", func(s *Spec) { s.MemoryMB = -5 }, "memoryMB -5 is negative"},
 		{"negative disk rate", func(s *Spec) { s.DiskIO.WriteMiBps = -1 }, "diskIO.writeMiBps -1 is negative"},
+		{"unknown recording format", func(s *Spec) { s.Recording = "gif" }, `template demo: recording: want mp4 or webm, got "gif"`},
+		{"recording format in capitals", func(s *Spec) { s.Recording = "MP4" }, `recording: want mp4 or webm`},
+	}
+	for _, f := range []string{"mp4", "webm"} {
+		s := testSpec()
+		s.Recording = f
+		if err := s.Validate(); err != nil {
+			t.Errorf("spec recording %s: %v", f, err)
+		}
 	}
 	// From an image, as from a template, user and workdir may be left to it.
 	img := Spec{Name: "x", FromImage: "alpine:3.20", RegistryAuth: &oci.Auth{Username: "u", Password: "p"},

@@ -6,12 +6,18 @@
 // other sizes, so coordinates and screenshots are scaled both ways.
 //
 // @e2b/desktop's Sandbox.create starts Xvfb and XFCE, as a user would.
+//
+// Then a template that records: built FROM desktop through the raw build
+// API with this server's `recording` field, its sandbox lists the
+// recording it started with, which, stopped and downloaded through the
+// files API, is a video of the whole time since the display came up.
 
 import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/desktop'
+import { Sandbox as PlainSandbox } from 'e2b'
 
-import { RUN_META_KEY, apiFetch, killCreated, mode, runTag, track, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, jsonBody, killCreated, mode, runTag, track, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const REAL = { width: 1024, height: 768 }
@@ -22,6 +28,21 @@ function assertScreenshot(png, want) {
   assert.deepEqual({ width, height }, want)
   assert.ok(variance > 10, `a blank screenshot (luma variance ${variance.toFixed(2)})`)
   return variance
+}
+
+/**
+ * Downloads the video at path in sbx through the files API, puts it back
+ * under another name and returns what ffprobe reads in it: the duration in
+ * seconds, the first stream's codec and size, and the byte count.
+ */
+async function probeDownload(sbx, path) {
+  const video = Buffer.from(await sbx.files.read(path, { format: 'bytes' }))
+  const copy = `/tmp/downloaded.${path.split('.').pop()}`
+  await sbx.files.write(copy, video)
+  const probe = await sbx.commands.run(`ffprobe -v error -show_entries format=duration:stream=codec_name,width,height -of json ${copy}`)
+  const info = JSON.parse(probe.stdout)
+  const { codec_name: codec, width, height } = info.streams[0]
+  return { bytes: video.length, duration: Number(info.format.duration), codec, width, height }
 }
 
 /** POSTs body to the sandbox's executor for vendor; returns the JSON answer after checking the status. */
@@ -152,21 +173,15 @@ describe(`computer-use executors on a desktop sandbox (${mode} mode)`, { timeout
       const stopped = await res.json()
       assert.equal(res.status, 200, JSON.stringify(stopped))
       assert.equal(stopped.path, rec.path)
-      const video = Buffer.from(await sbx.files.read(rec.path, { format: 'bytes' }))
-      assert.equal(video.length, stopped.sizeBytes)
-      // The downloaded bytes, put back under another name, are what ffprobe reads.
-      const copy = `/tmp/downloaded.${rec.format}`
-      await sbx.files.write(copy, video)
-      const probe = await sbx.commands.run(`ffprobe -v error -show_entries format=duration:stream=codec_name,width,height -of json ${copy}`)
-      const info = JSON.parse(probe.stdout)
-      const duration = Number(info.format.duration)
-      t.diagnostic(`${rec.format}: ${video.length} bytes, ${duration.toFixed(2)} s, ${info.streams[0].codec_name} ${info.streams[0].width}x${info.streams[0].height}`)
-      assert.deepEqual([info.streams[0].width, info.streams[0].height], [REAL.width, REAL.height])
-      assert.equal(info.streams[0].codec_name, rec.format === 'mp4' ? 'h264' : 'vp8')
+      const video = await probeDownload(sbx, rec.path)
+      t.diagnostic(`${rec.format}: ${video.bytes} bytes, ${video.duration.toFixed(2)} s, ${video.codec} ${video.width}x${video.height}`)
+      assert.equal(video.bytes, stopped.sizeBytes)
+      assert.deepEqual([video.width, video.height], [REAL.width, REAL.height])
+      assert.equal(video.codec, rec.format === 'mp4' ? 'h264' : 'vp8')
       // ffmpeg stops at 5 s; on a loaded host (two encoders and the
       // mouse loop on the sandbox's CPUs, other files' sandboxes beside)
       // it loses frames and CI has seen 4.4 to 5.0 s. Never longer.
-      assert.ok(duration > 4 && duration < 5.5, `duration ${duration} s; want about 5 (4 to 5.5)`)
+      assert.ok(video.duration > 4 && video.duration < 5.5, `duration ${video.duration} s; want about 5 (4 to 5.5)`)
     }
     const again = await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings/${started[0].recordingId}/stop`, { method: 'POST' })
     assert.equal(again.status, 404, await again.text())
@@ -176,5 +191,89 @@ describe(`computer-use executors on a desktop sandbox (${mode} mode)`, { timeout
     const tool = { type: 'computer_20250124', name: 'computer', display_width_px: 1024, display_height_px: 768 }
     const res = await act(sbx, 'anthropic', { tool, tool_use: { type: 'tool_use', id: 'toolu_x', name: 'computer', input: { action: 'left_click', coordinate: [2000, 10] } } }, 400)
     assert.match(res.message, /^tool_use\.input\.coordinate: /)
+  })
+})
+
+describe(`a template that records every sandbox's display (${mode} mode)`, { timeout: 400_000 }, () => {
+  // The same alias in both modes: the second build finds it built.
+  const ALIAS = 'sdk-test-recording'
+
+  test('built with a recording, its sandbox lists the recording it started with; stopped, the file downloaded is a video of the time since the display came up', async (t) => {
+    const t0 = performance.now()
+    const req = await apiFetch('/v3/templates', { method: 'POST', body: JSON.stringify({ name: ALIAS }) })
+    const { buildID } = await jsonBody(req)
+    assert.equal(req.status, 202)
+    const trigger = (body) => apiFetch(`/v2/templates/${ALIAS}/builds/${buildID}`, { method: 'POST', body: JSON.stringify(body) })
+    // A bad format is refused naming it, and leaves the build to trigger.
+    const bad = await trigger({ fromTemplate: 'desktop', recording: 'gif' })
+    assert.equal(bad.status, 400)
+    assert.match((await jsonBody(bad)).message, /recording: want mp4 or webm, got "gif"/)
+    const res = await trigger({ fromTemplate: 'desktop', recording: 'mp4' })
+    assert.equal(res.status, 202, await res.text())
+    await waitFor(
+      async () => {
+        const st = await jsonBody(await apiFetch(`/templates/${ALIAS}/builds/${buildID}/status`))
+        assert.notEqual(st.status, 'error', JSON.stringify(st.reason))
+        return st.status === 'ready'
+      },
+      { timeoutMs: 300_000, intervalMs: 500, what: `the build of ${ALIAS}` }
+    )
+    t.diagnostic(`build: ${((performance.now() - t0) / 1000).toFixed(1)} s`)
+    const listed = (await jsonBody(await apiFetch('/templates'))).find((x) => x.templateID === ALIAS)
+    assert.equal(listed?.recording, 'mp4', JSON.stringify(listed))
+
+    const created = performance.now()
+    const sbx = await Sandbox.create(ALIAS, { resolution: [REAL.width, REAL.height], timeoutMs: 120_000, metadata: { [RUN_META_KEY]: runTag } })
+    track(sbx.sandboxId)
+    t.diagnostic(`create with Xvfb and XFCE: ${(performance.now() - created).toFixed(0)} ms`)
+    const list = async () => {
+      const res = await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings`)
+      const body = await jsonBody(res)
+      assert.equal(res.status, 200, JSON.stringify(body))
+      return body
+    }
+    // The recording waited for Xvfb, which Sandbox.create started: it
+    // records now (its shell became ffmpeg within a poll).
+    const during = await waitFor(async () => {
+      const l = await list()
+      return l.inProgress.length === 1 && !l.inProgress[0].awaitingDisplay && l
+    }, { timeoutMs: 5_000, what: 'the recording to record' })
+    const [rec] = during.inProgress
+    assert.match(rec.path, /^\/home\/user\/recordings\/rec-[0-9a-f]{16}\.mp4$/)
+    assert.deepEqual(during.files, [], 'the file being written is not listed as finished')
+
+    // About 3 s of the mouse moving, then the stop.
+    await sbx.commands.run('for i in $(seq 1 15); do xdotool mousemove $((i*60)) $((i*45)); sleep 0.2; done', { timeoutMs: 20_000 })
+    const stopRes = await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings/${rec.recordingId}/stop`, { method: 'POST' })
+    const stopped = await jsonBody(stopRes)
+    const upTo = (performance.now() - created) / 1000
+    assert.equal(stopRes.status, 200, JSON.stringify(stopped))
+    assert.equal(stopped.path, rec.path)
+    assert.deepEqual(await list(), { inProgress: [], files: [{ path: rec.path, sizeBytes: stopped.sizeBytes }] })
+
+    const video = await probeDownload(sbx, rec.path)
+    t.diagnostic(`${video.bytes} bytes, ${video.duration.toFixed(2)} s of the ${upTo.toFixed(2)} s since the create began, ${video.codec} ${video.width}x${video.height}`)
+    assert.equal(video.bytes, stopped.sizeBytes)
+    assert.equal(video.codec, 'h264')
+    assert.deepEqual([video.width, video.height], [REAL.width, REAL.height])
+    // At least the 3 s of the mouse loop, at most the time since the
+    // create began (the display came up during it).
+    assert.ok(video.duration > 2.8 && video.duration < upTo + 0.5, `duration ${video.duration} s; want 2.8 to ${(upTo + 0.5).toFixed(2)}`)
+  })
+
+  test('a sandbox of it whose display never comes up: its recording awaits the display, and a stop ends it without a file', async () => {
+    // The plain SDK starts no Xvfb.
+    const sbx = await PlainSandbox.create(ALIAS, { timeoutMs: 60_000, metadata: { [RUN_META_KEY]: runTag } })
+    track(sbx.sandboxId)
+    const l = await jsonBody(await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings`))
+    assert.equal(l.inProgress.length, 1, JSON.stringify(l))
+    assert.equal(l.inProgress[0].awaitingDisplay, true)
+    const res = await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings/${l.inProgress[0].recordingId}/stop`, { method: 'POST' })
+    const stopped = await jsonBody(res)
+    assert.equal(res.status, 200, JSON.stringify(stopped))
+    assert.deepEqual(stopped, { recordingId: l.inProgress[0].recordingId, path: l.inProgress[0].path }, 'no sizeBytes: there is no file')
+    assert.deepEqual(await jsonBody(await apiFetch(`/sandboxes/${sbx.sandboxId}/recordings`)), { inProgress: [], files: [] })
+    const left = await sbx.commands.run("pgrep -f '[x]11grab' || true")
+    assert.equal(left.stdout, '', 'the waiting shell ended')
   })
 })

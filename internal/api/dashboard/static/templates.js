@@ -14,6 +14,7 @@ async function load(current) {
     cell(row, t.cpuCount)
     cell(row, `${t.memoryMB} MiB`)
     cell(row, `${t.diskSizeMB} MiB`)
+    cell(row, t.recording ?? 'none')
     cell(row, t.spawnCount)
   }
   const bbody = document.querySelector('#builds tbody')
