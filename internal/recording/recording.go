@@ -94,18 +94,21 @@ const MaxDuration = 24 * time.Hour
 
 // startScript checks that ffmpeg is there, starts recordScript in a
 // session of its own, writes its pid file and the output's path beside it
-// (Stop finds a recording that ended by its length there) and checks a
-// moment later that it still runs (a display that is not there ends it at
-// once), printing its errors if not. $1 is the output, $2 the pid file,
-// then recordScript's arguments; the last of them is the output, as is
-// the last of ffmpeg's (Stop and List tell the recording's process by it).
+// (Stop finds a recording that ended by its length there) and, when $3
+// is 1, checks a moment later that it still runs (a display that is not
+// there ends it at once), printing its errors if not; a recording that
+// awaits its display has nothing to check yet. $1 is the output, $2 the
+// pid file, then recordScript's arguments; the last of them is the
+// output, as is the last of ffmpeg's (Stop and List tell the recording's
+// process by it).
 const startScript = `set -e
-out=$1 pidfile=$2; shift 2
+out=$1 pidfile=$2 check=$3; shift 3
 command -v ffmpeg >/dev/null || { echo "ffmpeg is not installed in the sandbox" >&2; exit 1; }
 mkdir -p "$(dirname "$out")" "$(dirname "$pidfile")"
 setsid sh -c "$@" </dev/null >/dev/null 2>"$pidfile.log" &
 echo $! >"$pidfile"
 echo "$out" >"$pidfile.out"
+[ "$check" = 1 ] || exit 0
 sleep 0.5
 if ! kill -0 "$(cat "$pidfile")" 2>/dev/null && [ ! -s "$out" ]; then cat "$pidfile.log" >&2; rm -f "$pidfile" "$pidfile.out"; exit 1; fi`
 
@@ -146,11 +149,11 @@ func (r *Recorder) start(ctx context.Context, format string, duration time.Durat
 	rand.Read(b[:])
 	rec := Recording{ID: "rec-" + hex.EncodeToString(b[:])}
 	rec.Path = Dir + "/" + rec.ID + "." + format
-	socket := ""
+	socket, check := "", "1"
 	if await {
-		socket = socketPattern(r.display)
+		socket, check = socketPattern(r.display), "0"
 	}
-	args := []string{"sh", "-c", startScript, "sh", rec.Path, pidFile(rec.ID),
+	args := []string{"sh", "-c", startScript, "sh", rec.Path, pidFile(rec.ID), check,
 		recordScript, "sh", socket, "-nostdin", "-loglevel", "error", "-f", "x11grab", "-framerate", strconv.Itoa(FrameRate), "-i", r.display}
 	args = append(args, formats[format]...)
 	if duration > 0 {

@@ -30,14 +30,15 @@ func TestStart(t *testing.T) {
 	if !idFormat.MatchString(rec.ID) || rec.Path != Dir+"/"+rec.ID+".webm" {
 		t.Errorf("recording %+v", rec)
 	}
-	// sh -c script sh <out> <pidfile> recordScript sh <socket> <ffmpeg's
-	// arguments…, ending in the output>: nothing of the request reaches a
-	// script's text. Without a socket it does not wait for the display.
-	if got := strings.Join(ran[3:6], " "); got != "sh "+rec.Path+" "+pidFile(rec.ID) {
+	// sh -c script sh <out> <pidfile> <check> recordScript sh <socket>
+	// <ffmpeg's arguments…, ending in the output>: nothing of the request
+	// reaches a script's text. Without a socket it does not wait for the
+	// display, and it checks that ffmpeg got going.
+	if got := strings.Join(ran[3:7], " "); got != "sh "+rec.Path+" "+pidFile(rec.ID)+" 1" {
 		t.Errorf("arguments %q", got)
 	}
-	if ran[6] != recordScript || ran[7] != "sh" || ran[8] != "" {
-		t.Errorf("record script arguments %q; want recordScript sh \"\"", ran[6:9])
+	if ran[7] != recordScript || ran[8] != "sh" || ran[9] != "" {
+		t.Errorf("record script arguments %q; want recordScript sh \"\"", ran[7:10])
 	}
 	if got := strings.Join(ran[len(ran)-2:], " "); got != "-y "+rec.Path {
 		t.Errorf("ffmpeg's arguments end with %q; want -y and the output", got)
@@ -72,8 +73,9 @@ func TestAwait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec.Path != Dir+"/"+rec.ID+".mp4" || ran[6] != recordScript || ran[8] != socketPattern(":0") {
-		t.Errorf("Await = %+v running %q; want the record script awaiting display :0's socket", rec, ran[3:9])
+	// Nothing to check at once: the record script waits for the display.
+	if rec.Path != Dir+"/"+rec.ID+".mp4" || ran[6] != "0" || ran[7] != recordScript || ran[9] != socketPattern(":0") {
+		t.Errorf("Await = %+v running %q; want the record script awaiting display :0's socket, unchecked", rec, ran[3:10])
 	}
 	if strings.Contains(strings.Join(ran, " "), " -t ") {
 		t.Errorf("Await has a length: %q", ran)
