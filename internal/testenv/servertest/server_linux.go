@@ -143,11 +143,45 @@ type Server struct {
 func New(t *testing.T, flags ...string) *Server {
 	s := &Server{t: t, bin: Build(t), flags: flags, DataDir: DataDirWithBase(t), APIKey: "e2b_" + RandomHex(t, 20), Listen: FreeAddr(t)}
 	t.Cleanup(func() {
-		if !s.stopped || t.Failed() {
-			s.teardown()
+		left := s.sandboxesLeft()
+		if s.stopped && len(left) > 0 {
+			t.Logf("serve stopped with sandboxes %v still on the host; its warnings and errors:\n%s", left, s.complaints())
+		}
+		if !s.stopped || t.Failed() || len(left) > 0 {
+			s.teardown(left)
 		}
 	})
 	return s
+}
+
+// backendStateDirs are the data dir's directories in which a backend keeps
+// a directory per sandbox on the host (internal/server's backend configs).
+var backendStateDirs = []string{"sandboxes", "gvisor", "vms"}
+
+// sandboxesLeft returns the sandboxes whose backend state is still in the
+// data dir: running ones a stopped server leaves for the next to adopt,
+// or ones whose teardown did not finish.
+func (s *Server) sandboxesLeft() []string {
+	var left []string
+	for _, d := range backendStateDirs {
+		entries, _ := os.ReadDir(filepath.Join(s.DataDir, d))
+		for _, e := range entries {
+			left = append(left, d+"/"+e.Name())
+		}
+	}
+	return left
+}
+
+// complaints returns the current server output's lines at level WARN or
+// ERROR.
+func (s *Server) complaints() string {
+	var b strings.Builder
+	for line := range strings.Lines(string(s.Output())) {
+		if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 // Create creates a sandbox with opts and remembers it for teardown.
@@ -283,16 +317,17 @@ func (s *Server) Stop() {
 	}
 }
 
-// teardown runs when the test stopped half-way or failed: a server
-// (restarted if it is down, so that it adopts or cleans up what is left)
-// kills every sandbox of the data dir, and stops.
-func (s *Server) teardown() {
+// teardown runs when the test stopped half-way or failed, or sandboxes
+// are left on the host: a server (restarted if it is down, so that it
+// adopts or cleans up what is left) kills every sandbox of the data dir,
+// and stops.
+func (s *Server) teardown(onHost []string) {
 	t := s.t
-	if len(s.Made) == 0 && !s.Running() {
+	if len(s.Made) == 0 && len(onHost) == 0 && !s.Running() {
 		return
 	}
 	if !s.Running() {
-		t.Logf("cleaning up: restarting serve so that it reconciles %v", s.Made)
+		t.Logf("cleaning up: restarting serve so that it reconciles %v", slices.Concat(s.Made, onHost))
 		s.Start()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
