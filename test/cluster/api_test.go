@@ -34,9 +34,9 @@ type apiReplica struct {
 }
 
 // startAPIReplica runs the server at bin as an API replica, as the api
-// role, and returns once GET /health answers 204. It is killed when the
-// test ends.
-func startAPIReplica(t *testing.T, c *kubetest.Cluster, bin string) *apiReplica {
+// role, with serve's flags besides those it sets, and returns once GET
+// /health answers 204. It is killed when the test ends.
+func startAPIReplica(t *testing.T, c *kubetest.Cluster, bin string, flags ...string) *apiReplica {
 	t.Helper()
 	kubeconfig, err := c.KubeconfigAs(apiAccount.user, apiAccount.groups...)
 	if err != nil {
@@ -49,8 +49,8 @@ func startAPIReplica(t *testing.T, c *kubetest.Cluster, bin string) *apiReplica 
 	addr := ln.Addr().String()
 	ln.Close()
 	r := &apiReplica{url: "http://" + addr, exited: make(chan struct{})}
-	r.cmd = exec.Command(bin, "serve", "--cluster", "kubernetes", "--role", "api", "--listen", addr,
-		"--kubeconfig", kubeconfig, "--cluster-namespace", namespace, "--api-key", testAPIKey)
+	r.cmd = exec.Command(bin, append([]string{"serve", "--cluster", "kubernetes", "--role", "api", "--listen", addr,
+		"--kubeconfig", kubeconfig, "--cluster-namespace", namespace, "--api-key", testAPIKey}, flags...)...)
 	r.cmd.Stdout, r.cmd.Stderr = os.Stderr, os.Stderr
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("starting the API replica: %v", err)
