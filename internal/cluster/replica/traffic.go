@@ -98,11 +98,12 @@ func (t *Traffic) forward(w http.ResponseWriter, r *http.Request, route router.R
 }
 
 // nodeOf returns the address of the node running sandbox id. Its object
-// comes from the cache or, when the cache lacks it (created through
-// another replica a moment ago), from the API server.
+// comes from the cache or, when the cache lacks it or has it not yet
+// started, from the API server: the cache lags, and a create through
+// another replica may have returned already.
 func (t *Traffic) nodeOf(ctx context.Context, id string) (string, error) {
 	o, cached := t.sandboxes.cfg.Cache.Sandbox(id)
-	if !cached {
+	if !cached || o.Status.State == "" || o.Status.State == v1alpha1.SandboxPending {
 		var err error
 		if o, err = t.sandboxes.get(ctx, id); err != nil {
 			return "", err
