@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -183,10 +184,11 @@ func TestTrafficThroughReplicas(t *testing.T) {
 		t.Logf("GET http://%s/ through a replica: %d %s", tc.host, status, strings.TrimSpace(body))
 	}
 
-	// Killed: not found through the replicas.
+	// Killed: not found through the replicas, and gone from the node.
 	if err := cl2.KillSandbox(ctx, sb.ID); err != nil {
 		t.Fatal(err)
 	}
+	waitGoneOnNode(t, srv, sb.ID)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		status, body := get(t, one.url+"/index.txt", fmt.Sprintf("8000-%s.%s", sb.ID, trafficDomain))
 		if status == http.StatusBadGateway && strings.Contains(body, "The sandbox was not found") {
@@ -195,6 +197,22 @@ func TestTrafficThroughReplicas(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("10 s after the kill, through %s: %d %s", one.url, status, body)
+		}
+	}
+}
+
+// waitGoneOnNode waits until the node's own API no longer has sandbox id:
+// its node agent has killed it (a server stopped before leaves it running,
+// to be adopted at its next start).
+func waitGoneOnNode(t *testing.T, srv *servertest.Server, id string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, err := srv.Client().GetSandbox(t.Context(), id)
+		if errors.Is(err, client.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s still on its node 10 s after its kill: %v", id, err)
 		}
 	}
 }
