@@ -226,7 +226,7 @@ func formatLongDuration(d time.Duration) string {
 // from the environment a DaemonSet's pod sets (deploy/kubernetes).
 func addClusterFlags(fs *flag.FlagSet, c *server.ClusterConfig) {
 	fs.StringVar(&c.Mode, "cluster", "", "join a cluster: `MODE` kubernetes; as a node, keeps this host's Lease renewed, publishes it as a SandboxNode and runs the Sandboxes placed on it (docs/KUBERNETES.md); default: a host on its own")
-	fs.StringVar(&c.Role, "role", server.RoleNode, "`ROLE` in the cluster: node (runs sandboxes; needs root) or api (an API replica: the E2B API over the cluster's Sandbox objects, placing each on a node; no root, no data; needs --api-key)")
+	fs.StringVar(&c.Role, "role", server.RoleNode, "`ROLE` in the cluster: node (runs sandboxes; needs root) or api (an API replica: the E2B API over the cluster's Sandbox objects, placing each on a node, and their traffic forwarded to it, which routes it by the same --domain; no root, no data; needs --api-key)")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig `FILE` to reach the API server with in cluster mode; default: the pod's service account")
 	fs.StringVar(&c.Namespace, "cluster-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "agent-sandbox"), "`NAMESPACE` of the cluster's objects (Leases, SandboxNodes, Sandboxes) in cluster mode")
 	host, _ := os.Hostname()

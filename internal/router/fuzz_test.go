@@ -88,7 +88,7 @@ func FuzzResolve(f *testing.F) {
 			} else {
 				// Routed by the host: its first label is <port>-<id>[-...].
 				label := strings.ToLower(host)
-				label = strings.TrimSuffix(label, "."+rt.domain)
+				label = strings.TrimSuffix(label, "."+rt.routes.domain)
 				label, _, _ = strings.Cut(label, ".")
 				label = strings.TrimLeft(label, "0")
 				canon := strconv.Itoa(tgt.port) + "-" + tgt.id
@@ -97,7 +97,7 @@ func FuzzResolve(f *testing.F) {
 				}
 			}
 			// The canonical host routes to the same target.
-			re := &http.Request{Host: fmt.Sprintf("%d-%s.%s", tgt.port, tgt.id, rt.domain), Header: http.Header{}, URL: &url.URL{Path: "/"}}
+			re := &http.Request{Host: fmt.Sprintf("%d-%s.%s", tgt.port, tgt.id, rt.routes.domain), Header: http.Header{}, URL: &url.URL{Path: "/"}}
 			again, ok, err := rt.resolve(re)
 			if !ok || err != nil || again != tgt {
 				t.Fatalf("host %q routed to %+v, but its canonical host %q to %+v, %v, %v", host, tgt, re.Host, again, ok, err)
@@ -106,7 +106,7 @@ func FuzzResolve(f *testing.F) {
 
 		// Ports: n routes iff it is 1..65535, by host and by header.
 		inRange := n >= 1 && n <= 65535
-		byHost := &http.Request{Host: fmt.Sprintf("%d-isb1.%s", n, rt.domain), Header: http.Header{}, URL: &url.URL{Path: "/"}}
+		byHost := &http.Request{Host: fmt.Sprintf("%d-isb1.%s", n, rt.routes.domain), Header: http.Header{}, URL: &url.URL{Path: "/"}}
 		tgt, ok, err = rt.resolve(byHost)
 		checkTarget(t, rt, byHost, tgt, ok, err)
 		if !ok || (err == nil) != inRange || (inRange && tgt.port != int(n)) {

@@ -70,16 +70,15 @@ type Config struct {
 
 // Router proxies sandbox traffic. It is safe for concurrent use.
 type Router struct {
-	dialer        Dialer
-	ingress       IngressPolicies // nil: no checks
-	waker         Waker           // nil: nothing wakes
-	liveView      LiveViewTokens  // nil: no live view
-	browserView   BrowserLiveView // nil: no live view of browsers
-	domain        string          // lower case, no trailing dot
-	domainHasPort bool
-	log           *slog.Logger
-	proxy         *httputil.ReverseProxy
-	transport     *http.Transport
+	dialer      Dialer
+	ingress     IngressPolicies // nil: no checks
+	waker       Waker           // nil: nothing wakes
+	liveView    LiveViewTokens  // nil: no live view
+	browserView BrowserLiveView // nil: no live view of browsers
+	routes      Routes
+	log         *slog.Logger
+	proxy       *httputil.ReverseProxy
+	transport   *http.Transport
 }
 
 // New returns a router for cfg.
@@ -87,23 +86,21 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Dialer == nil {
 		return nil, errors.New("router: Dialer is required")
 	}
+	routes, err := NewRoutes(cfg.Domain)
+	if err != nil {
+		return nil, err
+	}
 	rt := &Router{
 		dialer:      cfg.Dialer,
 		ingress:     cfg.Ingress,
 		waker:       cfg.Waker,
 		liveView:    cfg.LiveView,
 		browserView: cfg.BrowserView,
-		domain:      strings.TrimSuffix(strings.ToLower(cfg.Domain), "."),
+		routes:      routes,
 		log:         cfg.Log,
 	}
 	if rt.log == nil {
 		rt.log = slog.New(slog.DiscardHandler)
-	}
-	if strings.ContainsAny(rt.domain, "/ ") || strings.HasPrefix(rt.domain, ".") {
-		return nil, fmt.Errorf("router: invalid domain %q", cfg.Domain)
-	}
-	if _, _, err := net.SplitHostPort(rt.domain); err == nil {
-		rt.domainHasPort = true
 	}
 	rt.transport = &http.Transport{
 		// The URL host is "<id>:<port>" (see rewrite), which keeps pooled
@@ -136,10 +133,7 @@ func (rt *Router) Close() error {
 // localhost, an IP literal or sandbox.*, with E2b-Sandbox-Id or
 // E2b-Sandbox-Port) or by a Host under the domain other than api.<domain>.
 // Malformed sandbox requests match too; ServeHTTP answers them with 400.
-func (rt *Router) Match(r *http.Request) bool {
-	_, ok, _ := rt.resolve(r)
-	return ok
-}
+func (rt *Router) Match(r *http.Request) bool { return rt.routes.Match(r) }
 
 // Front returns the handler for the server's one listener: sandbox traffic
 // (Match) goes to the router, everything else to api.
@@ -160,9 +154,8 @@ func (rt *Router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, errorBody{Code: http.StatusBadRequest, Message: "not a sandbox request"})
 		return
 	}
-	var re *routeError
-	if errors.As(err, &re) {
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: http.StatusBadRequest, Message: re.msg})
+	if err != nil {
+		Refuse(w, Route{SandboxID: t.id, Port: t.port}, err)
 		return
 	}
 	if t.port == EnvdPort && internalRoutes[path.Clean("/"+r.URL.Path)] {
@@ -271,16 +264,30 @@ func (rt *Router) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 // writeDialError answers a request whose sandbox port t could not be
 // reached with err.
 func (rt *Router) writeDialError(w http.ResponseWriter, t target, err error) {
-	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
-		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
-	case errors.Is(err, sandbox.ErrPaused):
-		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox is paused", Code: http.StatusBadGateway})
-	case errors.Is(err, isolation.ErrPortClosed):
-		writeJSON(w, http.StatusBadGateway, portErrorBody{SandboxID: t.id, Message: "The sandbox is running but port is not open", Port: t.port, Code: http.StatusBadGateway})
-	default:
+	if !isSandboxError(err) {
 		rt.log.Warn("reaching a sandbox port", "sandbox_id", t.id, "port", t.port, "err", err)
-		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: t.id, Message: "The sandbox did not answer", Code: http.StatusBadGateway})
+	}
+	Refuse(w, Route{SandboxID: t.id, Port: t.port}, err)
+}
+
+// Refuse answers a sandbox request that cannot reach route's port with
+// err, in the router's words: a malformed route (Resolve's error) is 400;
+// a sandbox not found (sandbox.ErrNotFound), paused (sandbox.ErrPaused) or
+// a port closed (isolation.ErrPortClosed) is 502 saying so; anything else
+// is 502 "The sandbox did not answer".
+func Refuse(w http.ResponseWriter, route Route, err error) {
+	var re *routeError
+	switch {
+	case errors.As(err, &re):
+		writeJSON(w, http.StatusBadRequest, errorBody{Code: http.StatusBadRequest, Message: re.msg})
+	case errors.Is(err, sandbox.ErrNotFound):
+		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: route.SandboxID, Message: "The sandbox was not found", Code: http.StatusBadGateway})
+	case errors.Is(err, sandbox.ErrPaused):
+		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: route.SandboxID, Message: "The sandbox is paused", Code: http.StatusBadGateway})
+	case errors.Is(err, isolation.ErrPortClosed):
+		writeJSON(w, http.StatusBadGateway, portErrorBody{SandboxID: route.SandboxID, Message: "The sandbox is running but port is not open", Port: route.Port, Code: http.StatusBadGateway})
+	default:
+		writeJSON(w, http.StatusBadGateway, sandboxErrorBody{SandboxID: route.SandboxID, Message: "The sandbox did not answer", Code: http.StatusBadGateway})
 	}
 }
 

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -28,39 +29,82 @@ type target struct {
 	publicWS string
 }
 
+// Route is the sandbox port a request names.
+type Route struct {
+	SandboxID string
+	Port      int
+}
+
+// Routes tells sandbox traffic from the API's by the rules of E2B's
+// sandbox hosts: the E2b-Sandbox-* headers on a header-routable Host, or a
+// Host <port>-<sandboxID>.<domain>. The router routes by them, and so does
+// an API replica of cluster mode, which forwards what they match to the
+// sandbox's node.
+type Routes struct {
+	domain        string // lower case, no trailing dot
+	domainHasPort bool
+}
+
+// NewRoutes returns the routes of the sandbox domain D of <port>-<id>.D
+// hosts; it may carry a port ("example.test:8443"). An empty domain
+// routes by headers only.
+func NewRoutes(domain string) (Routes, error) {
+	rs := Routes{domain: strings.TrimSuffix(strings.ToLower(domain), ".")}
+	if strings.ContainsAny(rs.domain, "/ ") || strings.HasPrefix(rs.domain, ".") {
+		return Routes{}, fmt.Errorf("router: invalid domain %q", domain)
+	}
+	if _, _, err := net.SplitHostPort(rs.domain); err == nil {
+		rs.domainHasPort = true
+	}
+	return rs, nil
+}
+
 // routeError is a request that is for a sandbox but names it badly (400).
 type routeError struct{ msg string }
 
 func (e *routeError) Error() string { return e.msg }
 
-// resolve says where r goes. ok is false when r is not sandbox traffic at
-// all (the API's); err is a *routeError when it is, but malformed.
-func (rt *Router) resolve(r *http.Request) (t target, ok bool, err error) {
+// Resolve says where r goes. ok is false when r is not sandbox traffic at
+// all (the API's); an error says that it is, but malformed (Refuse
+// answers it with 400).
+func (rs Routes) Resolve(r *http.Request) (rt Route, ok bool, err error) {
 	host := strings.ToLower(r.Host)
 	hostname := stripPort(host)
 
 	if headerRoutable(hostname) && (r.Header.Get(headerSandboxID) != "" || r.Header.Get(headerSandboxPort) != "") {
-		t, err := fromHeaders(r.Header)
-		return t, true, err
+		rt, err := fromHeaders(r.Header)
+		return rt, true, err
 	}
 
-	if rt.domain == "" {
-		return target{}, false, nil
+	if rs.domain == "" {
+		return Route{}, false, nil
 	}
 	name := hostname
-	if rt.domainHasPort {
+	if rs.domainHasPort {
 		name = host
 	}
-	sub, found := strings.CutSuffix(name, "."+rt.domain)
+	sub, found := strings.CutSuffix(name, "."+rs.domain)
 	if !found || sub == "" {
-		return target{}, false, nil
+		return Route{}, false, nil
 	}
 	label, _, _ := strings.Cut(sub, ".")
 	if label == "api" {
-		return target{}, false, nil // the control plane's host
+		return Route{}, false, nil // the control plane's host
 	}
-	t, err = fromLabel(label)
-	return t, true, err
+	rt, err = fromLabel(label)
+	return rt, true, err
+}
+
+// Match reports whether r is sandbox traffic, well formed or not.
+func (rs Routes) Match(r *http.Request) bool {
+	_, ok, _ := rs.Resolve(r)
+	return ok
+}
+
+// resolve is Resolve for the router, as a target.
+func (rt *Router) resolve(r *http.Request) (target, bool, error) {
+	route, ok, err := rt.routes.Resolve(r)
+	return target{id: route.SandboxID, port: route.Port}, ok, err
 }
 
 // headerRoutable reports whether requests to hostname may be routed by the
@@ -74,36 +118,36 @@ func headerRoutable(hostname string) bool {
 }
 
 // fromHeaders reads E2b-Sandbox-Id and E2b-Sandbox-Port; both are required.
-func fromHeaders(h http.Header) (target, error) {
+func fromHeaders(h http.Header) (Route, error) {
 	id, portText := h.Get(headerSandboxID), h.Get(headerSandboxPort)
 	if id == "" || portText == "" {
-		return target{}, &routeError{"both " + headerSandboxID + " and " + headerSandboxPort + " headers are required"}
+		return Route{}, &routeError{"both " + headerSandboxID + " and " + headerSandboxPort + " headers are required"}
 	}
 	if !sandboxIDFormat.MatchString(id) {
-		return target{}, &routeError{"invalid sandbox ID " + strconv.Quote(id) + " in " + headerSandboxID}
+		return Route{}, &routeError{"invalid sandbox ID " + strconv.Quote(id) + " in " + headerSandboxID}
 	}
 	port, ok := parsePort(portText)
 	if !ok {
-		return target{}, &routeError{"invalid port " + strconv.Quote(portText) + " in " + headerSandboxPort}
+		return Route{}, &routeError{"invalid port " + strconv.Quote(portText) + " in " + headerSandboxPort}
 	}
-	return target{id: id, port: port}, nil
+	return Route{SandboxID: id, Port: port}, nil
 }
 
 // fromLabel parses the first DNS label of a sandbox host, <port>-<id>;
 // anything after a second "-" is ignored (legacy <id>-<clientID> IDs).
-func fromLabel(label string) (target, error) {
+func fromLabel(label string) (Route, error) {
 	parts := strings.Split(label, "-")
 	if len(parts) < 2 {
-		return target{}, &routeError{"invalid sandbox host: want <port>-<sandboxID>, got " + strconv.Quote(label)}
+		return Route{}, &routeError{"invalid sandbox host: want <port>-<sandboxID>, got " + strconv.Quote(label)}
 	}
 	port, ok := parsePort(parts[0])
 	if !ok {
-		return target{}, &routeError{"invalid port " + strconv.Quote(parts[0]) + " in the host"}
+		return Route{}, &routeError{"invalid port " + strconv.Quote(parts[0]) + " in the host"}
 	}
 	if !sandboxIDFormat.MatchString(parts[1]) {
-		return target{}, &routeError{"invalid sandbox ID " + strconv.Quote(parts[1]) + " in the host"}
+		return Route{}, &routeError{"invalid sandbox ID " + strconv.Quote(parts[1]) + " in the host"}
 	}
-	return target{id: parts[1], port: port}, nil
+	return Route{SandboxID: parts[1], Port: port}, nil
 }
 
 // parsePort accepts decimal digits only, 1..65535.

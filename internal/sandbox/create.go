@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
@@ -47,6 +48,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	if err := checkLifecycle(req); err != nil {
 		return store.Sandbox{}, err
+	}
+	if req.ID != "" && !RoutableID(req.ID) {
+		return store.Sandbox{}, invalid("sandbox ID %q: want 1 to %d lower-case letters and digits, which a <port>-<id> host label carries", req.ID, maxIDLength)
 	}
 	sn, unpin, err := m.findSnapshot(ctx, req.Template)
 	if err != nil {
@@ -92,8 +96,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	}
 	now := m.cfg.Now()
 	rec := m.newRecord(req, tmpl, res, backend, now)
-	// A pool member has no volumes: a create that mounts any boots.
-	if len(req.VolumeMounts) == 0 {
+	// A pool member has no volumes and an ID of its own: a create that
+	// mounts any, or names its ID, boots.
+	if len(req.VolumeMounts) == 0 && req.ID == "" {
 		if w := m.takeWarm(tmpl, ec); w != nil {
 			return m.handOut(ctx, w, rec, req, tmpl, ec)
 		}
@@ -150,6 +155,7 @@ func (m *Manager) checkPolicy(backend isolation.Backend, req CreateRequest) erro
 // res, on backend, at now; not yet stored.
 func (m *Manager) newRecord(req CreateRequest, tmpl *template.Template, res isolation.Resources, backend isolation.Backend, now time.Time) store.Sandbox {
 	rec := store.Sandbox{
+		ID:                  req.ID,
 		TemplateID:          tmpl.ID,
 		Alias:               tmpl.Name,
 		State:               store.StateStarting,
@@ -177,15 +183,21 @@ func (m *Manager) newRecord(req CreateRequest, tmpl *template.Template, res isol
 	return rec
 }
 
-// record stores rec, in state starting, under a new ID, before anything
-// exists: a crash from here on leaves a "starting" record that reconcile
-// cleans up.
+// record stores rec, in state starting, under its ID (the request's) or a
+// new one, before anything exists: a crash from here on leaves a
+// "starting" record that reconcile cleans up.
 func (m *Manager) record(ctx context.Context, rec store.Sandbox) (store.Sandbox, error) {
+	given := rec.ID != ""
 	for attempt := 0; ; attempt++ {
-		rec.ID = NewID()
+		if !given {
+			rec.ID = NewID()
+		}
 		out, err := m.cfg.Store.CreateSandbox(ctx, rec)
 		if err == nil {
 			return out, nil
+		}
+		if given && errors.Is(err, store.ErrExists) {
+			return store.Sandbox{}, conflict("a sandbox with ID %s exists already", rec.ID)
 		}
 		if !errors.Is(err, store.ErrExists) || attempt == 3 {
 			return store.Sandbox{}, fmt.Errorf("recording new sandbox: %w", err)
@@ -435,6 +447,17 @@ func initEnvd(ctx context.Context, inst isolation.Instance, token string, body i
 
 // idAlphabet is what sandbox IDs are made of after the leading "i".
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+// maxIDLength bounds a given sandbox ID: "<port>-<id>" is one DNS label
+// (63 characters at most) of the sandbox's hosts.
+const maxIDLength = 63 - len("65535-")
+
+// RoutableID reports whether id can be a sandbox's ID: lower-case letters
+// and digits, as the router's host and header routes take them, short
+// enough for a host label.
+func RoutableID(id string) bool {
+	return id != "" && len(id) <= maxIDLength && strings.Trim(id, idAlphabet) == ""
+}
 
 // NewID returns "i" and 20 random characters of [a-z0-9], as E2B's IDs:
 // a new sandbox's, here and for the Sandbox objects of cluster mode's API

@@ -205,6 +205,12 @@ func (c *Config) setDefaults() {
 
 // CreateRequest is a create call after the API decoded and defaulted it.
 type CreateRequest struct {
+	// ID, when set, is the new sandbox's ID instead of a fresh one (a
+	// node of cluster mode gives its sandboxes their Sandbox objects'
+	// names, by which clients route to them); it must be routable
+	// (RoutableID). Such a create takes no warm pool member: a member's
+	// ID is fixed when it boots.
+	ID string
 	// Template names a template, or a snapshot (snapshot.go).
 	Template  string
 	Timeout   time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -354,4 +355,35 @@ func crash(m *Manager) {
 	close(m.stop)
 	m.mu.Unlock()
 	m.wg.Wait()
+}
+
+// TestCreateWithID: a create that names its ID gets it, boots rather than
+// take a pool member (whose ID is its own), and a second create of the
+// same ID, or of one the router cannot route, is refused.
+func TestCreateWithID(t *testing.T) {
+	e := newPoolEnv(t, PoolSize{Min: 1, Max: 1}, nil)
+	members := e.fake.Running()
+	sb := e.create(t, CreateRequest{ID: "iclusterobject0123456"})
+	if sb.ID != "iclusterobject0123456" || slices.Contains(members, sb.ID) {
+		t.Errorf("created %s, want iclusterobject0123456 (pool members %v)", sb.ID, members)
+	}
+	if got := e.m.Pools()["base"].Ready; got != 1 {
+		t.Errorf("pool has %d ready, want its member still there", got)
+	}
+	if e.fake.Instance(sb.ID) == nil {
+		t.Errorf("no instance booted under %s", sb.ID)
+	}
+	for _, tc := range []struct {
+		id   string
+		want error
+	}{
+		{"iclusterobject0123456", ErrConflict},
+		{"sbx-run", ErrInvalid},
+		{"Upper", ErrInvalid},
+		{strings.Repeat("a", 58), ErrInvalid},
+	} {
+		if _, err := e.m.Create(context.Background(), CreateRequest{ID: tc.id, Template: "base", Timeout: time.Minute}); !errors.Is(err, tc.want) {
+			t.Errorf("Create with ID %q = %v, want %v", tc.id, err, tc.want)
+		}
+	}
 }

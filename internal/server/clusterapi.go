@@ -21,12 +21,13 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/control"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/replica"
 	"github.com/agent-sandbox/agent-sandbox/internal/envd"
+	"github.com/agent-sandbox/agent-sandbox/internal/router"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
 )
 
 // RunAPI runs an API replica of cluster mode (`serve --cluster kubernetes
 // --role api`) until ctx ends: the E2B API over the namespace's Sandbox
-// objects, a cache of those objects and of the nodes, and a candidate for
+// objects, sandbox traffic forwarded to the node of each sandbox, a cache of those objects and of the nodes, and a candidate for
 // leader that, while leading, marks Lost the sandboxes of nodes whose
 // Lease expired. A replica holds no state, so it needs no data directory,
 // no host lock and no root.
@@ -91,12 +92,19 @@ func RunAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if err != nil {
 		return fmt.Errorf("setting up the API: %w", err)
 	}
+	// The nodes route what the replicas forward by the same domain.
+	routes, err := router.NewRoutes(cfg.Domain)
+	if err != nil {
+		return fmt.Errorf("setting up sandbox traffic: %w", err)
+	}
+	traffic := replica.NewTraffic(routes, sandboxes, log.With("component", "traffic"))
+	defer traffic.Close()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", cfg.Listen, err)
 	}
 	hs := &http.Server{
-		Handler:           handler,
+		Handler:           traffic.Front(handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       5 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

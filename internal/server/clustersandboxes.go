@@ -39,7 +39,7 @@ func (c clusterSandboxes) Held(ctx context.Context) (map[string]node.LocalSandbo
 		}
 		for _, sb := range page {
 			if key, ok := sb.Metadata[ClusterKeyMetadata]; ok {
-				out[key] = node.LocalSandbox{ID: sb.ID, StartedAt: sb.StartedAt}
+				out[key] = localSandbox(sb)
 			}
 		}
 		if next == "" {
@@ -50,17 +50,22 @@ func (c clusterSandboxes) Held(ctx context.Context) (map[string]node.LocalSandbo
 }
 
 // Create implements node.Local.
-func (c clusterSandboxes) Create(ctx context.Context, key string, spec v1alpha1.SandboxSpec) (node.LocalSandbox, error) {
+func (c clusterSandboxes) Create(ctx context.Context, name, key string, spec v1alpha1.SandboxSpec) (node.LocalSandbox, error) {
 	md := maps.Clone(spec.Metadata)
 	if md == nil {
 		md = make(map[string]string, 1)
 	}
 	md[ClusterKeyMetadata] = key
-	sb, err := c.manager.Create(ctx, sandbox.CreateRequest{Template: spec.Template, Timeout: spec.Timeout.Duration, Metadata: md})
+	sb, err := c.manager.Create(ctx, sandbox.CreateRequest{ID: name, Template: spec.Template, Timeout: spec.Timeout.Duration, Metadata: md, Secure: spec.Secure})
 	if err != nil {
 		return node.LocalSandbox{}, err
 	}
-	return node.LocalSandbox{ID: sb.ID, StartedAt: sb.StartedAt}, nil
+	return localSandbox(sb), nil
+}
+
+// localSandbox is what the agent reports of sb.
+func localSandbox(sb store.Sandbox) node.LocalSandbox {
+	return node.LocalSandbox{ID: sb.ID, StartedAt: sb.StartedAt, EnvdAccessToken: sb.EnvdAccessToken, TrafficAccessToken: sb.TrafficAccessToken}
 }
 
 // Ended implements node.Local: the sandbox's record says why it ended; a

@@ -278,8 +278,14 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 	// In cluster mode the node joins once it can take sandboxes; an agent
 	// that cannot start (no RBAC, no API server) stops the server.
 	agentErr := make(chan error, 1)
+	agentDone := make(chan struct{})
 	if s.nodeAgent != nil {
-		go func() { agentErr <- s.nodeAgent.Run(ctx) }()
+		go func() {
+			defer close(agentDone)
+			agentErr <- s.nodeAgent.Run(ctx)
+		}()
+	} else {
+		close(agentDone)
 	}
 
 	select {
@@ -297,6 +303,10 @@ func (s *Server) Run(ctx context.Context, stdout io.Writer) error {
 		}
 	case <-ctx.Done():
 	}
+	// A kill or create the agent has begun ends before the manager closes
+	// (which waits for the kill's teardown): one cut off by the exit
+	// leaves the sandbox's network namespace, veth and cgroups behind.
+	<-agentDone
 	s.log.Info("shutting down; sandboxes keep running and are adopted on the next start")
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()

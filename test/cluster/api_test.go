@@ -34,9 +34,9 @@ type apiReplica struct {
 }
 
 // startAPIReplica runs the server at bin as an API replica, as the api
-// role, and returns once GET /health answers 204. It is killed when the
-// test ends.
-func startAPIReplica(t *testing.T, c *kubetest.Cluster, bin string) *apiReplica {
+// role, with serve's flags besides those it sets, and returns once GET
+// /health answers 204. It is killed when the test ends.
+func startAPIReplica(t *testing.T, c *kubetest.Cluster, bin string, flags ...string) *apiReplica {
 	t.Helper()
 	kubeconfig, err := c.KubeconfigAs(apiAccount.user, apiAccount.groups...)
 	if err != nil {
@@ -49,8 +49,8 @@ func startAPIReplica(t *testing.T, c *kubetest.Cluster, bin string) *apiReplica 
 	addr := ln.Addr().String()
 	ln.Close()
 	r := &apiReplica{url: "http://" + addr, exited: make(chan struct{})}
-	r.cmd = exec.Command(bin, "serve", "--cluster", "kubernetes", "--role", "api", "--listen", addr,
-		"--kubeconfig", kubeconfig, "--cluster-namespace", namespace, "--api-key", testAPIKey)
+	r.cmd = exec.Command(bin, append([]string{"serve", "--cluster", "kubernetes", "--role", "api", "--listen", addr,
+		"--kubeconfig", kubeconfig, "--cluster-namespace", namespace, "--api-key", testAPIKey}, flags...)...)
 	r.cmd.Stdout, r.cmd.Stderr = os.Stderr, os.Stderr
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("starting the API replica: %v", err)
@@ -175,9 +175,8 @@ func TestAPIReplica(t *testing.T) {
 		_, err := cl1.CreateSandbox(ctx, client.CreateOptions{Template: "base"})
 		return err
 	})
-	checkStatus(t, "connect", http.StatusNotImplemented, func() error {
-		_, err := cl1.Connect(ctx, ids[0], client.ConnectOptions{})
-		return err
+	checkStatus(t, "pause", http.StatusNotImplemented, func() error {
+		return cl1.Pause(ctx, ids[0], true)
 	})
 	if n := countSandboxes(t, rc); n != objects {
 		t.Errorf("%d Sandbox objects after the refused creates, want %d", n, objects)
@@ -243,6 +242,17 @@ func TestAPIReplica(t *testing.T) {
 	}
 	if info.State != client.StateRunning || info.TemplateID != "base" || info.Metadata["n"] != "0" {
 		t.Errorf("GET /sandboxes/%s through the other replica: %+v", ids[0], info)
+	}
+	// Connect extends (1 min → 5), and never shortens (5 → 2 stays 5).
+	for _, d := range []time.Duration{5 * time.Minute, 2 * time.Minute} {
+		sb, err := cl2.Connect(ctx, ids[0], client.ConnectOptions{Timeout: d})
+		if err != nil || sb.ID != ids[0] {
+			t.Fatalf("connect %s for %s: %v, %v", ids[0], d, sb, err)
+		}
+		want := time.Now().Add(5 * time.Minute)
+		if info, err := cl1.GetSandbox(ctx, ids[0]); err != nil || info.EndAt.Sub(want).Abs() > 2*time.Second {
+			t.Errorf("after connect for %s: endAt %v (%v), want about %v", d, info.EndAt, err, want)
+		}
 	}
 	listed, next, err := cl2.ListSandboxes(ctx, client.ListOptions{Metadata: map[string]string{"n": "2"}})
 	if err != nil || next != "" || len(listed) != 1 || listed[0].ID != ids[2] {

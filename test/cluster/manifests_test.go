@@ -80,7 +80,10 @@ func TestManifests(t *testing.T) {
 		"customresourcedefinition.apiextensions.k8s.io/sandboxnodes.agent-sandbox.dev serverside-applied",
 		"role.rbac.authorization.k8s.io/agent-sandbox-node serverside-applied",
 		"role.rbac.authorization.k8s.io/agent-sandbox-api serverside-applied",
+		"configmap/agent-sandbox serverside-applied",
 		"daemonset.apps/agent-sandbox-node serverside-applied",
+		"deployment.apps/agent-sandbox-api serverside-applied",
+		"service/agent-sandbox-api serverside-applied",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("apply did not say %q", want)
@@ -177,7 +180,7 @@ func checkListing(t *testing.T, c *kubetest.Cluster) {
 		ObjectMeta: metav1.ObjectMeta{Name: "i3xk0cq7sh2dpf5ryl0bz", Namespace: namespace},
 		Spec: v1alpha1.SandboxSpec{
 			Template: "code-interpreter-v1", Timeout: metav1.Duration{Duration: 5 * time.Minute},
-			Metadata: map[string]string{"user": "alice"}, Node: "node-2",
+			Metadata: map[string]string{"user": "alice"}, Node: "node-2", Secure: true,
 		},
 	}
 	created := new(v1alpha1.Sandbox)
@@ -185,7 +188,8 @@ func checkListing(t *testing.T, c *kubetest.Cluster) {
 		t.Fatalf("creating a sandbox as the api role: %v", err)
 	}
 	started := metav1.NewTime(time.Now().Truncate(time.Second)) // as the API keeps it
-	created.Status = v1alpha1.SandboxStatus{State: v1alpha1.SandboxRunning, Node: "node-2", Reason: "started by test", StartedAt: &started}
+	created.Status = v1alpha1.SandboxStatus{State: v1alpha1.SandboxRunning, Node: "node-2", Reason: "started by test", StartedAt: &started,
+		EnvdAccessToken: "envd-token", TrafficAccessToken: "traffic-token"}
 	if err := node.Put().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(sb.Name).SubResource("status").Body(created).Do(ctx).Into(created); err != nil {
 		t.Fatalf("reporting it running as the node role: %v", err)
 	}

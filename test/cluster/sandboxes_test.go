@@ -47,7 +47,7 @@ func (f *fakeLocal) Held(context.Context) (map[string]node.LocalSandbox, error) 
 	return out, nil
 }
 
-func (f *fakeLocal) Create(_ context.Context, key string, spec v1alpha1.SandboxSpec) (node.LocalSandbox, error) {
+func (f *fakeLocal) Create(_ context.Context, _, key string, spec v1alpha1.SandboxSpec) (node.LocalSandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.creates = append(f.creates, key)

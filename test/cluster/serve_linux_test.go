@@ -46,7 +46,7 @@ func TestServeNode(t *testing.T) {
 	tag := servertest.RandomHex(t, 6)
 
 	// Placed on the node: Running, and real.
-	obj := createSandbox(t, rc, "sbx-run", v1alpha1.SandboxSpec{Template: client.DefaultTemplate, Timeout: metav1.Duration{Duration: 5 * time.Minute}, Metadata: map[string]string{"clusterTest": tag}, Node: nodeName})
+	obj := createSandbox(t, rc, "sbxrun", v1alpha1.SandboxSpec{Template: client.DefaultTemplate, Timeout: metav1.Duration{Duration: 5 * time.Minute}, Metadata: map[string]string{"clusterTest": tag}, Node: nodeName})
 	got, took := waitState(t, rc, obj.Name, v1alpha1.SandboxRunning, time.Minute)
 	t.Logf("Sandbox %s: create → Running in %s (status %+v)", obj.Name, took.Round(time.Millisecond), got.Status)
 	if got.Status.Node != nodeName || got.Status.StartedAt == nil {
@@ -70,7 +70,7 @@ func TestServeNode(t *testing.T) {
 	// handled the node's objects.
 	srv.Stop()
 	srv.Start()
-	bad := createSandbox(t, rc, "sbx-bad", v1alpha1.SandboxSpec{Template: "no-such-template", Timeout: metav1.Duration{Duration: time.Minute}, Node: nodeName})
+	bad := createSandbox(t, rc, "sbxbad", v1alpha1.SandboxSpec{Template: "no-such-template", Timeout: metav1.Duration{Duration: time.Minute}, Node: nodeName})
 	got, _ = waitState(t, rc, bad.Name, v1alpha1.SandboxError, time.Minute)
 	t.Logf("Sandbox %s: %s: %s", bad.Name, got.Status.State, got.Status.Reason)
 	if !strings.Contains(got.Status.Reason, "no-such-template") {
@@ -106,7 +106,7 @@ func TestServeNode(t *testing.T) {
 	}
 
 	// Killed through the node's own API: the object says so.
-	short := createSandbox(t, rc, "sbx-kill", v1alpha1.SandboxSpec{Template: client.DefaultTemplate, Timeout: metav1.Duration{Duration: 5 * time.Minute}, Metadata: map[string]string{"clusterTest": tag}, Node: nodeName})
+	short := createSandbox(t, rc, "sbxkill", v1alpha1.SandboxSpec{Template: client.DefaultTemplate, Timeout: metav1.Duration{Duration: 5 * time.Minute}, Metadata: map[string]string{"clusterTest": tag}, Node: nodeName})
 	waitState(t, rc, short.Name, v1alpha1.SandboxRunning, time.Minute)
 	shortID := localSandbox(t, srv, short.UID, tag)
 	if err := srv.Client().KillSandbox(t.Context(), shortID); err != nil {

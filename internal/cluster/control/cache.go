@@ -106,6 +106,11 @@ func (c *Cache) Nodes() []*v1alpha1.SandboxNode {
 	return all[*v1alpha1.SandboxNode](c.nodes.GetStore().List())
 }
 
+// Node returns the SandboxNode called name.
+func (c *Cache) Node(name string) (*v1alpha1.SandboxNode, bool) {
+	return get[*v1alpha1.SandboxNode](c.nodes, c.namespace, name)
+}
+
 // Sandbox returns the Sandbox called name.
 func (c *Cache) Sandbox(name string) (*v1alpha1.Sandbox, bool) {
 	return get[*v1alpha1.Sandbox](c.sandboxes, c.namespace, name)

@@ -25,8 +25,10 @@ import (
 type Local interface {
 	// Held returns the live local sandboxes made for objects, by key.
 	Held(ctx context.Context) (map[string]LocalSandbox, error)
-	// Create starts a sandbox for the object whose UID is key.
-	Create(ctx context.Context, key string, spec v1alpha1.SandboxSpec) (LocalSandbox, error)
+	// Create starts a sandbox for the object whose UID is key, with the
+	// object's name as its ID: clients route to it by that name, through
+	// the API replicas and on the node alike.
+	Create(ctx context.Context, name, key string, spec v1alpha1.SandboxSpec) (LocalSandbox, error)
 	// Ended says whether sandbox id no longer runs, and why.
 	Ended(ctx context.Context, id string) (ended bool, reason string, err error)
 	// Kill kills sandbox id; one already gone is no error.
@@ -36,10 +38,13 @@ type Local interface {
 	SetEndAt(ctx context.Context, id string, at time.Time) error
 }
 
-// LocalSandbox is one sandbox of the node.
+// LocalSandbox is one sandbox of the node, with the access tokens its
+// clients need, which the agent reports in the object's status.
 type LocalSandbox struct {
-	ID        string
-	StartedAt time.Time
+	ID                 string
+	StartedAt          time.Time
+	EnvdAccessToken    string
+	TrafficAccessToken string
 }
 
 // DefaultCheckInterval is how often the agent checks that the sandboxes it
@@ -48,9 +53,8 @@ const DefaultCheckInterval = time.Second
 
 // held is a local sandbox the agent runs for an object.
 type held struct {
-	name      string // the object's
-	id        string // the local sandbox's
-	startedAt time.Time
+	name  string // the object's
+	local LocalSandbox
 	// timeout is the object's spec.timeout last applied; 0 for an adopted
 	// sandbox, whose object's is applied again (it may have changed while
 	// the agent was down).
@@ -118,7 +122,7 @@ func (c *sandboxes) sync(ctx context.Context) (string, error) {
 	c.held = make(map[types.UID]held)
 	for key, ls := range local {
 		if name, ok := objects[types.UID(key)]; ok {
-			c.held[types.UID(key)] = held{name: name, id: ls.ID, startedAt: ls.StartedAt}
+			c.held[types.UID(key)] = held{name: name, local: ls}
 			continue
 		}
 		c.log.Info("killing a sandbox whose object is gone", "sandbox_id", ls.ID, "uid", key)
@@ -197,9 +201,9 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 	h, isHeld := c.held[o.UID]
 	if o.Status.State.Ended() {
 		if isHeld {
-			log.Info("killing the sandbox of an object marked ended", "sandbox_id", h.id, "state", o.Status.State)
-			if err := c.local.Kill(ctx, h.id); err != nil {
-				log.Warn("killing the sandbox of an object marked ended", "sandbox_id", h.id, "err", err)
+			log.Info("killing the sandbox of an object marked ended", "sandbox_id", h.local.ID, "state", o.Status.State)
+			if err := c.local.Kill(ctx, h.local.ID); err != nil {
+				log.Warn("killing the sandbox of an object marked ended", "sandbox_id", h.local.ID, "err", err)
 				return
 			}
 			delete(c.held, o.UID)
@@ -210,8 +214,8 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 	case isHeld:
 		// Adopted, or a status write that failed: say so unless the
 		// object says it already.
-		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node {
-			c.setStatus(ctx, o.Name, running(c.node, h.startedAt), log)
+		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node || o.Status.EnvdAccessToken != h.local.EnvdAccessToken {
+			c.setStatus(ctx, o.Name, running(c.node, h.local), log)
 		}
 		if o.Spec.Timeout.Duration != h.timeout {
 			c.setTimeout(ctx, o, h, log)
@@ -222,15 +226,15 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 		c.setStatus(ctx, o.Name, ended(v1alpha1.SandboxKilled, c.node, "not found on node "+c.node), log)
 	default:
 		t0 := time.Now()
-		ls, err := c.local.Create(ctx, string(o.UID), o.Spec)
+		ls, err := c.local.Create(ctx, o.Name, string(o.UID), o.Spec)
 		if err != nil {
 			log.Warn("creating the sandbox of an object", "err", err)
 			c.setStatus(ctx, o.Name, ended(v1alpha1.SandboxError, c.node, err.Error()), log)
 			return
 		}
-		c.held[o.UID] = held{name: o.Name, id: ls.ID, startedAt: ls.StartedAt, timeout: o.Spec.Timeout.Duration}
+		c.held[o.UID] = held{name: o.Name, local: ls, timeout: o.Spec.Timeout.Duration}
 		log.Info("sandbox created for its object", "sandbox_id", ls.ID, "took", time.Since(t0).Round(time.Millisecond))
-		c.setStatus(ctx, o.Name, running(c.node, ls.StartedAt), log)
+		c.setStatus(ctx, o.Name, running(c.node, ls), log)
 	}
 }
 
@@ -238,14 +242,14 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 // the sandbox ends that long after its status.startedAt. The status holds
 // whole seconds, and the replica counted from it, so this does too.
 func (c *sandboxes) setTimeout(ctx context.Context, o *v1alpha1.Sandbox, h held, log *slog.Logger) {
-	endAt := h.startedAt.Truncate(time.Second).Add(o.Spec.Timeout.Duration)
-	if err := c.local.SetEndAt(ctx, h.id, endAt); err != nil {
-		log.Warn("changing the timeout of a sandbox", "sandbox_id", h.id, "err", err)
+	endAt := h.local.StartedAt.Truncate(time.Second).Add(o.Spec.Timeout.Duration)
+	if err := c.local.SetEndAt(ctx, h.local.ID, endAt); err != nil {
+		log.Warn("changing the timeout of a sandbox", "sandbox_id", h.local.ID, "err", err)
 		return
 	}
 	h.timeout = o.Spec.Timeout.Duration
 	c.held[o.UID] = h
-	log.Info("sandbox timeout changed", "sandbox_id", h.id, "end_at", endAt.UTC().Format(time.RFC3339))
+	log.Info("sandbox timeout changed", "sandbox_id", h.local.ID, "end_at", endAt.UTC().Format(time.RFC3339))
 }
 
 // deleted kills the local sandbox of a deleted object.
@@ -255,26 +259,26 @@ func (c *sandboxes) deleted(ctx context.Context, o *v1alpha1.Sandbox) {
 		return
 	}
 	delete(c.held, o.UID)
-	if err := c.local.Kill(ctx, h.id); err != nil {
-		c.log.Warn("killing the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.id, "err", err)
+	if err := c.local.Kill(ctx, h.local.ID); err != nil {
+		c.log.Warn("killing the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.local.ID, "err", err)
 		return
 	}
-	c.log.Info("killed the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.id)
+	c.log.Info("killed the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.local.ID)
 }
 
 // checkHeld marks Killed, with the local reason, the objects whose local
 // sandbox ended (its timeout, a kill through the node's own API).
 func (c *sandboxes) checkHeld(ctx context.Context) {
 	for uid, h := range c.held {
-		gone, reason, err := c.local.Ended(ctx, h.id)
+		gone, reason, err := c.local.Ended(ctx, h.local.ID)
 		if err != nil {
-			c.log.Warn("checking a held sandbox", "sandbox_id", h.id, "err", err)
+			c.log.Warn("checking a held sandbox", "sandbox_id", h.local.ID, "err", err)
 			continue
 		}
 		if !gone {
 			continue
 		}
-		log := c.log.With("sandbox", h.name, "uid", uid, "sandbox_id", h.id)
+		log := c.log.With("sandbox", h.name, "uid", uid, "sandbox_id", h.local.ID)
 		if c.setStatus(ctx, h.name, ended(v1alpha1.SandboxKilled, c.node, reason), log) {
 			delete(c.held, uid)
 		}
@@ -283,13 +287,23 @@ func (c *sandboxes) checkHeld(ctx context.Context) {
 
 // running and ended are status patches: a JSON merge patch of the status
 // subresource, which needs no resourceVersion and so meets no conflict
-// with the API replicas' writes of spec or metadata. A nil value clears.
-func running(node string, startedAt time.Time) map[string]any {
-	return map[string]any{"state": v1alpha1.SandboxRunning, "node": node, "reason": nil, "startedAt": metav1.NewTime(startedAt)}
+// with the API replicas' writes of spec or metadata. A nil value clears;
+// an ended sandbox's tokens go, as they open nothing any more.
+func running(node string, ls LocalSandbox) map[string]any {
+	return map[string]any{"state": v1alpha1.SandboxRunning, "node": node, "reason": nil, "startedAt": metav1.NewTime(ls.StartedAt),
+		"envdAccessToken": orNil(ls.EnvdAccessToken), "trafficAccessToken": orNil(ls.TrafficAccessToken)}
+}
+
+// orNil is s, or nil (which clears the field) for "".
+func orNil(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func ended(state v1alpha1.SandboxState, node, reason string) map[string]any {
-	return map[string]any{"state": state, "node": node, "reason": reason}
+	return map[string]any{"state": state, "node": node, "reason": reason, "envdAccessToken": nil, "trafficAccessToken": nil}
 }
 
 // setStatus writes status to object name's status and says whether it did;

@@ -89,6 +89,7 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 			Timeout:  metav1.Duration{Duration: req.Timeout},
 			Metadata: req.Metadata,
 			Node:     node,
+			Secure:   req.Secure,
 		},
 	}
 	created := new(v1alpha1.Sandbox)
@@ -203,22 +204,50 @@ func (s *Sandboxes) SetTimeout(ctx context.Context, id string, d time.Duration) 
 	if err != nil {
 		return err
 	}
-	if o.Status.StartedAt == nil {
-		return fmt.Errorf("%w: sandbox %s has not started yet", sandbox.ErrConflict, id)
+	_, err = s.endAt(ctx, o, time.Now().Add(d))
+	return err
+}
+
+// Connect implements api.Sandboxes as a single host does for a running
+// sandbox: it ends no sooner than d from now (a later end stays). Nothing
+// is paused in cluster mode yet, so nothing resumes.
+func (s *Sandboxes) Connect(ctx context.Context, id string, d time.Duration, _ bool) (store.Sandbox, bool, error) {
+	o, err := s.get(ctx, id)
+	if err != nil {
+		return store.Sandbox{}, false, err
 	}
-	timeout := time.Now().Add(d).Sub(o.Status.StartedAt.Time).Round(time.Second)
+	if o.Status.State == v1alpha1.SandboxPaused {
+		return store.Sandbox{}, false, unsupported("resuming a paused sandbox")
+	}
+	if endAt := time.Now().Add(d); o.Status.StartedAt == nil || endAt.After(view(o).EndAt) {
+		if o, err = s.endAt(ctx, o, endAt); err != nil {
+			return store.Sandbox{}, false, err
+		}
+	}
+	return view(o), false, nil
+}
+
+// endAt makes o's sandbox end at at: its spec.timeout becomes the time
+// from its status.startedAt (whole seconds) to at, which its node
+// applies. It returns the object as patched.
+func (s *Sandboxes) endAt(ctx context.Context, o *v1alpha1.Sandbox, at time.Time) (*v1alpha1.Sandbox, error) {
+	if o.Status.StartedAt == nil {
+		return nil, fmt.Errorf("%w: sandbox %s has not started yet", sandbox.ErrConflict, o.Name)
+	}
+	timeout := at.Sub(o.Status.StartedAt.Time).Round(time.Second)
 	body, err := json.Marshal(map[string]any{"spec": map[string]any{"timeout": metav1.Duration{Duration: timeout}}})
 	if err != nil {
-		return fmt.Errorf("encoding the timeout of Sandbox %s: %w", id, err)
+		return nil, fmt.Errorf("encoding the timeout of Sandbox %s: %w", o.Name, err)
 	}
-	err = s.on(s.client.Patch(types.MergePatchType)).Name(id).Body(body).Do(ctx).Error()
+	patched := new(v1alpha1.Sandbox)
+	err = s.on(s.client.Patch(types.MergePatchType)).Name(o.Name).Body(body).Do(ctx).Into(patched)
 	switch {
 	case apierrors.IsNotFound(err):
-		return sandbox.ErrNotFound
+		return nil, sandbox.ErrNotFound
 	case err != nil:
-		return fmt.Errorf("setting the timeout of Sandbox %s: %w", id, err)
+		return nil, fmt.Errorf("setting the timeout of Sandbox %s: %w", o.Name, err)
 	}
-	return nil
+	return patched, nil
 }
 
 // List lists from the cache, as the store lists on a single host: the
@@ -333,6 +362,10 @@ func view(o *v1alpha1.Sandbox) store.Sandbox {
 		EndAt:      started.Add(o.Spec.Timeout.Duration),
 		Timeout:    o.Spec.Timeout.Duration,
 		Metadata:   maps.Clone(o.Spec.Metadata),
+		Secure:     o.Spec.Secure,
+		// The node's, as a single host returns its own.
+		EnvdAccessToken:    o.Status.EnvdAccessToken,
+		TrafficAccessToken: o.Status.TrafficAccessToken,
 	}
 }
 

@@ -22,11 +22,6 @@ func unsupported(what string) error {
 	return fmt.Errorf("%s: %w in cluster mode yet", what, api.ErrNotImplemented)
 }
 
-// Connect implements api.Sandboxes: not yet.
-func (*Sandboxes) Connect(context.Context, string, time.Duration, bool) (store.Sandbox, bool, error) {
-	return store.Sandbox{}, false, unsupported("connect")
-}
-
 // Pause implements api.Sandboxes: not yet.
 func (*Sandboxes) Pause(context.Context, string, bool) error { return unsupported("pause") }
 

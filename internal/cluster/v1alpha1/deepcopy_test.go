@@ -18,8 +18,8 @@ func full() []runtime.Object {
 	sb := Sandbox{
 		TypeMeta:   metav1.TypeMeta{Kind: "Sandbox", APIVersion: GroupVersion.String()},
 		ObjectMeta: meta,
-		Spec:       SandboxSpec{Template: "base", Timeout: metav1.Duration{Duration: time.Minute}, Metadata: map[string]string{"k": "v"}, Node: "n1"},
-		Status:     SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", StartedAt: &started},
+		Spec:       SandboxSpec{Template: "base", Timeout: metav1.Duration{Duration: time.Minute}, Metadata: map[string]string{"k": "v"}, Node: "n1", Secure: true},
+		Status:     SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", StartedAt: &started, EnvdAccessToken: "e", TrafficAccessToken: "t"},
 	}
 	node := SandboxNode{
 		TypeMeta:   metav1.TypeMeta{Kind: "SandboxNode", APIVersion: GroupVersion.String()},

@@ -28,6 +28,9 @@ type SandboxSpec struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 	// Node is the SandboxNode placement chose.
 	Node string `json:"node"`
+	// Secure: the sandbox's ports besides envd's require its envd access
+	// token too (E2B's secure).
+	Secure bool `json:"secure,omitempty"`
 }
 
 // SandboxState is where a sandbox is in its life.
@@ -58,6 +61,14 @@ type SandboxStatus struct {
 	// Reason says why the sandbox is in State, for Killed, Lost and Error.
 	Reason    string       `json:"reason,omitempty"`
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// EnvdAccessToken is what clients present to the sandbox's envd
+	// (X-Access-Token), made by the node when it starts the sandbox; the
+	// API replicas return it from create, connect and get, as a single
+	// host does. Whoever may read Sandboxes reads it.
+	EnvdAccessToken string `json:"envdAccessToken,omitempty"`
+	// TrafficAccessToken guards the sandbox's other ports when it does not
+	// allow public traffic; empty otherwise.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
 // SandboxList is a page of Sandboxes.
