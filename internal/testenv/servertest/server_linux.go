@@ -166,7 +166,10 @@ func (s *Server) sandboxesLeft() []string {
 	for _, d := range backendStateDirs {
 		entries, _ := os.ReadDir(filepath.Join(s.DataDir, d))
 		for _, e := range entries {
-			left = append(left, d+"/"+e.Name())
+			// Dot entries are a backend's own (gvisor's .lib, .probe).
+			if !strings.HasPrefix(e.Name(), ".") {
+				left = append(left, d+"/"+e.Name())
+			}
 		}
 	}
 	return left
