@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/control"
+	clusternode "github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
@@ -71,6 +72,9 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	if err := supported(req); err != nil {
 		return store.Sandbox{}, err
 	}
+	if err := sandbox.CheckRequest(req); err != nil {
+		return store.Sandbox{}, err
+	}
 	if !s.known(req.Template) {
 		return store.Sandbox{}, fmt.Errorf("%w: template %q not found on any node", sandbox.ErrInvalid, req.Template)
 	}
@@ -90,6 +94,11 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 			Metadata: req.Metadata,
 			Node:     node,
 			Secure:   req.Secure,
+			EnvVars:  req.EnvVars,
+			// What the node checks against its own limits (bandwidth,
+			// an egress proxy) it refuses with its Error's class.
+			AllowInternetAccess: req.AllowInternetAccess,
+			Network:             req.Network,
 		},
 	}
 	created := new(v1alpha1.Sandbox)
@@ -112,30 +121,24 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	}
 	if got.Status.State != v1alpha1.SandboxRunning {
 		s.remove(context.WithoutCancel(ctx), created.Name, log)
+		if refused := clusternode.ClassError(got.Status.ErrorClass, got.Status.Reason); got.Status.State == v1alpha1.SandboxError && refused != nil {
+			return store.Sandbox{}, refused
+		}
 		return store.Sandbox{}, fmt.Errorf("node %s could not start sandbox %s: %s: %s", node, created.Name, got.Status.State, got.Status.Reason)
 	}
 	return view(got), nil
 }
 
-// supported refuses what the Sandbox object cannot carry yet, rather than
-// create a sandbox without it.
+// supported refuses what cluster mode cannot do yet, rather than create a
+// sandbox without it.
 func supported(req sandbox.CreateRequest) error {
-	var field string
 	switch {
-	case len(req.EnvVars) > 0:
-		field = "envVars"
 	case req.AutoPause:
-		field = "autoPause"
-	case req.AllowInternetAccess != nil && !*req.AllowInternetAccess:
-		field = "allowInternetAccess false"
-	case len(req.Network) > 0:
-		field = "network"
+		return fmt.Errorf("%w: autoPause is not supported in cluster mode yet: nothing pauses through a Sandbox object, and connect would not resume it", sandbox.ErrInvalid)
 	case len(req.VolumeMounts) > 0:
-		field = "volumeMounts"
-	default:
-		return nil
+		return fmt.Errorf("%w: volumeMounts are not supported in cluster mode yet: a volume is one host's, and no node shares it", sandbox.ErrInvalid)
 	}
-	return fmt.Errorf("%w: %s is not supported in cluster mode yet", sandbox.ErrInvalid, field)
+	return nil
 }
 
 // known says whether some live node has template built, or every node
@@ -173,7 +176,7 @@ func (s *Sandboxes) get(ctx context.Context, id string) (*v1alpha1.Sandbox, erro
 	case err != nil:
 		return nil, fmt.Errorf("reading Sandbox %s: %w", id, err)
 	case o.Status.State.Ended():
-		return nil, &sandbox.EndedError{ID: id, At: endedAt(o), Reason: cmp.Or(o.Status.Reason, string(o.Status.State))}
+		return nil, &sandbox.EndedError{ID: id, At: o.StatusTime(), Reason: cmp.Or(o.Status.Reason, string(o.Status.State))}
 	}
 	return o, nil
 }
@@ -363,6 +366,10 @@ func view(o *v1alpha1.Sandbox) store.Sandbox {
 		Timeout:    o.Spec.Timeout.Duration,
 		Metadata:   maps.Clone(o.Spec.Metadata),
 		Secure:     o.Spec.Secure,
+		EnvVars:    maps.Clone(o.Spec.EnvVars),
+		// As the client sent them; the node normalizes its own copy.
+		AllowInternetAccess: o.Spec.AllowInternetAccess,
+		Network:             o.Spec.Network,
 		// The node's, as a single host returns its own.
 		EnvdAccessToken:    o.Status.EnvdAccessToken,
 		TrafficAccessToken: o.Status.TrafficAccessToken,
@@ -382,17 +389,4 @@ func state(s v1alpha1.SandboxState) store.State {
 		return store.StateError
 	}
 	return store.StateStarting
-}
-
-// endedAt is when o's status was last written, which for an ended
-// sandbox is when it ended (the API server keeps the time per writer and
-// subresource).
-func endedAt(o *v1alpha1.Sandbox) time.Time {
-	var at time.Time
-	for _, f := range o.ManagedFields {
-		if f.Subresource == "status" && f.Time != nil && f.Time.After(at) {
-			at = f.Time.Time
-		}
-	}
-	return cmp.Or(at, o.CreationTimestamp.Time)
 }
