@@ -27,8 +27,9 @@ import (
 )
 
 // DefaultStartTimeout bounds the wait for a node to report a new sandbox
-// Running: a node builds a template it lacks on first use (minutes).
-const DefaultStartTimeout = 10 * time.Minute
+// Running: a node builds a template it lacks on first use (minutes). The
+// leader's Collector counts a sandbox not started by then as ended.
+const DefaultStartTimeout = control.MaxStart
 
 // Config is a Sandboxes'.
 type Config struct {
@@ -39,7 +40,7 @@ type Config struct {
 	// may name one that no node has built yet.
 	BuiltIn []string
 	// StartTimeout bounds a create's wait for Running (default
-	// DefaultStartTimeout).
+	// DefaultStartTimeout, which is also the most).
 	StartTimeout time.Duration
 	Log          *slog.Logger
 }
@@ -58,6 +59,9 @@ func New(kube *rest.Config, cfg Config) (*Sandboxes, error) {
 	}
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = DefaultStartTimeout
+	}
+	if cfg.StartTimeout > control.MaxStart {
+		return nil, fmt.Errorf("cluster sandboxes: start timeout %s: at most %s, after which the leader counts a sandbox not started as ended", cfg.StartTimeout, control.MaxStart)
 	}
 	client, err := v1alpha1.NewClient(kube)
 	if err != nil {
