@@ -17,6 +17,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/pprofserve"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/bytesize"
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/control"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/server"
@@ -231,6 +232,7 @@ func addClusterFlags(fs *flag.FlagSet, c *server.ClusterConfig) {
 	fs.StringVar(&c.Namespace, "cluster-namespace", cmp.Or(os.Getenv("POD_NAMESPACE"), "agent-sandbox"), "`NAMESPACE` of the cluster's objects (Leases, SandboxNodes, Sandboxes) in cluster mode")
 	host, _ := os.Hostname()
 	fs.StringVar(&c.NodeName, "node-name", cmp.Or(os.Getenv("NODE_NAME"), host), "`NAME` of this node in cluster mode: its Lease's and SandboxNode's")
+	fs.DurationVar(&c.Retention, "ended-retention", control.DefaultRetention, "how long the leading API replica keeps a Sandbox object that ended (Killed, Lost, Error: get says why) before it deletes it, as a `DURATION`, in cluster mode with --role api")
 	fs.StringVar(&c.NodeAddress, "node-address", "", "`HOST:PORT` API replicas reach this node's sandboxes at, in cluster mode; default: --listen")
 }
 

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/egress"
 	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 	"github.com/agent-sandbox/agent-sandbox/internal/template"
@@ -43,14 +44,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := m.checkTimeout(req.Timeout); err != nil {
 		return store.Sandbox{}, err
 	}
-	if req.Network != nil && !json.Valid(req.Network) {
-		return store.Sandbox{}, invalid("network config is not valid JSON")
-	}
-	if err := checkLifecycle(req); err != nil {
+	if err := CheckRequest(req); err != nil {
 		return store.Sandbox{}, err
-	}
-	if req.ID != "" && !RoutableID(req.ID) {
-		return store.Sandbox{}, invalid("sandbox ID %q: want 1 to %d lower-case letters and digits, which a <port>-<id> host label carries", req.ID, maxIDLength)
 	}
 	sn, unpin, err := m.findSnapshot(ctx, req.Template)
 	if err != nil {
@@ -118,6 +113,33 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 		return store.Sandbox{}, err
 	}
 	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, req.EnvVars, false, log, now)
+}
+
+// CheckRequest refuses what is wrong with req on any server, in the words
+// a create answers with (ErrInvalid): a network config that is not JSON,
+// or whose egress rules or fields no server takes; the lifecycle
+// combinations E2B refuses; an ID that is not routable. What depends on
+// the server (its timeout limit, bandwidth cap, templates, backend,
+// volumes, egress proxy) is checked by Create. The API replicas of
+// cluster mode check a create with it before placing it, so that a
+// request no node could take costs no write.
+func CheckRequest(req CreateRequest) error {
+	if req.Network != nil && !json.Valid(req.Network) {
+		return invalid("network config is not valid JSON")
+	}
+	if _, err := egress.ParseRules(req.Network, req.AllowInternetAccess); err != nil {
+		return invalid("%v", err)
+	}
+	if err := checkNetworkFields(req.Network); err != nil {
+		return err
+	}
+	if err := checkLifecycle(req); err != nil {
+		return err
+	}
+	if req.ID != "" && !RoutableID(req.ID) {
+		return invalid("sandbox ID %q: want 1 to %d lower-case letters and digits, which a <port>-<id> host label carries", req.ID, maxIDLength)
+	}
+	return nil
 }
 
 // checkLifecycle refuses the lifecycle combinations E2B refuses, in its

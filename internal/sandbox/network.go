@@ -69,21 +69,15 @@ func (m *Manager) parseEgress(raw json.RawMessage, allowInternet *bool, tmpl *te
 	if err != nil {
 		return egressConfig{}, invalid("network: %v", err)
 	}
+	if err := checkNetworkFields(raw); err != nil {
+		return egressConfig{}, err
+	}
 	var n struct {
 		Bandwidth *bandwidthField `json:"bandwidth"`
 	}
-	var fields map[string]json.RawMessage
 	if len(raw) > 0 {
-		if err := json.Unmarshal(raw, &fields); err != nil {
-			return egressConfig{}, invalid("network: %v", err)
-		}
 		if err := json.Unmarshal(raw, &n); err != nil {
 			return egressConfig{}, invalid("network.bandwidth: %v", err)
-		}
-	}
-	for field, msg := range unsupportedNetworkFields {
-		if v, ok := fields[field]; ok && !emptyJSON(v) {
-			return egressConfig{}, invalid("%s", msg)
 		}
 	}
 	// The server's limit, lowered by the template's default, lowered or
@@ -120,6 +114,24 @@ func (m *Manager) parseRules(raw json.RawMessage, allowInternet *bool) (egress.R
 		return egress.Rules{}, invalid("network.rules needs the egress proxy, and this server runs sandboxes without networking")
 	}
 	return rules, nil
+}
+
+// checkNetworkFields refuses a network config (JSON) that is not an
+// object, or that sets a field this server cannot honour.
+func checkNetworkFields(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return invalid("network: %v", err)
+	}
+	for field, msg := range unsupportedNetworkFields {
+		if v, ok := fields[field]; ok && !emptyJSON(v) {
+			return invalid("%s", msg)
+		}
+	}
+	return nil
 }
 
 // bandwidth turns a requested cap in Mbit/s into bit/s: def when 0, at

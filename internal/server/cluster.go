@@ -6,6 +6,7 @@ import (
 	"net"
 	"runtime"
 	"slices"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -41,6 +42,9 @@ type ClusterConfig struct {
 	// NodeAddress is where API replicas reach this node; "" = Listen,
 	// which then needs a host.
 	NodeAddress string
+	// Retention is how long an API replica's leader keeps a Sandbox
+	// object that ended before it deletes it (control.DefaultRetention).
+	Retention time.Duration
 }
 
 // validate checks the cluster flags against the listen address.
@@ -60,6 +64,9 @@ func (c *ClusterConfig) validate(listen string) error {
 	}
 	switch c.Role {
 	case RoleAPI:
+		if c.Retention <= 0 {
+			return fmt.Errorf("--ended-retention %s: want more than 0", c.Retention)
+		}
 		return nil
 	case "", RoleNode:
 	default:

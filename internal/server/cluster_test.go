@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestClusterConfigValidate(t *testing.T) {
@@ -29,7 +30,8 @@ func TestClusterConfigValidate(t *testing.T) {
 		{name: "an address without port", cfg: node(ClusterConfig{NodeName: "n1", NodeAddress: "n1.internal"}), listen: ":3000", wantErr: "--node-address"},
 		{name: "no node name", cfg: node(ClusterConfig{}), listen: "10.1.2.3:3000", wantErr: "--node-name"},
 		{name: "no namespace", cfg: ClusterConfig{Mode: ClusterKubernetes, NodeName: "n1"}, listen: "10.1.2.3:3000", wantErr: "--cluster-namespace"},
-		{name: "an API replica needs no node name or address", cfg: node(ClusterConfig{Role: RoleAPI}), listen: ":3000"},
+		{name: "an API replica needs no node name or address", cfg: node(ClusterConfig{Role: RoleAPI, Retention: time.Hour}), listen: ":3000"},
+		{name: "an API replica that keeps nothing ended", cfg: node(ClusterConfig{Role: RoleAPI}), listen: ":3000", wantErr: "--ended-retention"},
 		{name: "another role", cfg: node(ClusterConfig{Role: "scheduler", NodeName: "n1"}), listen: "10.1.2.3:3000", wantErr: "--role"},
 		{name: "a role without a cluster", cfg: ClusterConfig{Role: RoleAPI}, listen: ":3000", wantErr: "--role"},
 	} {

@@ -29,7 +29,8 @@ import (
 // --role api`) until ctx ends: the E2B API over the namespace's Sandbox
 // objects, sandbox traffic forwarded to the node of each sandbox, a cache of those objects and of the nodes, and a candidate for
 // leader that, while leading, marks Lost the sandboxes of nodes whose
-// Lease expired. A replica holds no state, so it needs no data directory,
+// Lease expired and collects the objects that ended (control.Collector).
+// A replica holds no state, so it needs no data directory,
 // no host lock and no root.
 func RunAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer) error {
 	if err := cfg.Validate(); err != nil {
@@ -79,6 +80,10 @@ func RunAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	if err != nil {
 		return err
 	}
+	collector, err := control.NewCollector(kc, objects, cfg.Cluster.Retention, control.DefaultCollectInterval, log.With("component", "collector"))
+	if err != nil {
+		return err
+	}
 	var ready atomic.Bool
 	handler, err := api.New(api.Config{
 		Sandboxes:      sandboxes,
@@ -115,7 +120,14 @@ func RunAPI(ctx context.Context, cfg Config, log *slog.Logger, stdout io.Writer)
 	runCtx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { objects.Run(runCtx) })
-	wg.Go(func() { elector.Run(runCtx, lost.Run) })
+	wg.Go(func() {
+		elector.Run(runCtx, func(ctx context.Context) {
+			var chores sync.WaitGroup
+			chores.Go(func() { lost.Run(ctx) })
+			chores.Go(func() { collector.Run(ctx) })
+			chores.Wait()
+		})
+	})
 	defer func() {
 		stop()
 		wg.Wait() // the elector releases the lead, if it has it

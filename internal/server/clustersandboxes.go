@@ -56,7 +56,10 @@ func (c clusterSandboxes) Create(ctx context.Context, name, key string, spec v1a
 		md = make(map[string]string, 1)
 	}
 	md[ClusterKeyMetadata] = key
-	sb, err := c.manager.Create(ctx, sandbox.CreateRequest{ID: name, Template: spec.Template, Timeout: spec.Timeout.Duration, Metadata: md, Secure: spec.Secure})
+	sb, err := c.manager.Create(ctx, sandbox.CreateRequest{
+		ID: name, Template: spec.Template, Timeout: spec.Timeout.Duration, Metadata: md, Secure: spec.Secure,
+		EnvVars: spec.EnvVars, AllowInternetAccess: spec.AllowInternetAccess, Network: spec.Network,
+	})
 	if err != nil {
 		return node.LocalSandbox{}, err
 	}

@@ -260,18 +260,7 @@ func envdThrough(t *testing.T, sb *client.Sandbox, url, name string) {
 // get sends GET url with Host host and returns the status and body.
 func get(t *testing.T, url, host string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Host = host
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET %s (Host %s): %v", url, host, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
+	return getWith(t, url, host, "")
 }
 
 // upgradeEcho asks for Upgrade: echo at host through the replica at url,

@@ -75,7 +75,7 @@ func (m *LostMarker) pass(ctx context.Context, now time.Time) {
 		}
 		at, _ := node.Expiry(lease)
 		reason := fmt.Sprintf("node %s: lease expired at %s", sb.Spec.Node, at.UTC().Format(time.RFC3339))
-		switch marked, err := m.mark(ctx, sb, reason); {
+		switch marked, err := markEnded(ctx, m.client, m.namespace, sb, v1alpha1.SandboxLost, reason); {
 		case err != nil:
 			m.log.Warn("marking a sandbox lost", "sandbox", sb.Name, "node", sb.Spec.Node, "err", err)
 		case marked:
@@ -84,20 +84,20 @@ func (m *LostMarker) pass(ctx context.Context, now time.Time) {
 	}
 }
 
-// mark writes state Lost and reason to sb's status, and says whether it
+// markEnded writes state and reason to the status of sb, of namespace, and says whether it
 // did. The merge patch carries the resourceVersion the decision was made
 // on, so a status the node wrote meanwhile (Killed, say) is not
 // overwritten: the write fails with a conflict, and the next pass decides
 // on the new status.
-func (m *LostMarker) mark(ctx context.Context, sb *v1alpha1.Sandbox, reason string) (bool, error) {
+func markEnded(ctx context.Context, client *rest.RESTClient, namespace string, sb *v1alpha1.Sandbox, state v1alpha1.SandboxState, reason string) (bool, error) {
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": sb.ResourceVersion},
-		"status":   map[string]any{"state": v1alpha1.SandboxLost, "reason": reason},
+		"status":   map[string]any{"state": state, "reason": reason},
 	})
 	if err != nil {
 		return false, fmt.Errorf("encoding the status of sandbox %s: %w", sb.Name, err)
 	}
-	err = m.client.Patch(types.MergePatchType).Namespace(m.namespace).Resource(v1alpha1.SandboxResource).Name(sb.Name).SubResource("status").
+	err = client.Patch(types.MergePatchType).Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(sb.Name).SubResource("status").
 		Body(body).Do(ctx).Error()
 	switch {
 	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):

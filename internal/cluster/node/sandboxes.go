@@ -229,7 +229,9 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 		ls, err := c.local.Create(ctx, o.Name, string(o.UID), o.Spec)
 		if err != nil {
 			log.Warn("creating the sandbox of an object", "err", err)
-			c.setStatus(ctx, o.Name, ended(v1alpha1.SandboxError, c.node, err.Error()), log)
+			status := ended(v1alpha1.SandboxError, c.node, err.Error())
+			status["errorClass"] = orNil(string(ErrorClass(err)))
+			c.setStatus(ctx, o.Name, status, log)
 			return
 		}
 		c.held[o.UID] = held{name: o.Name, local: ls, timeout: o.Spec.Timeout.Duration}
@@ -290,7 +292,7 @@ func (c *sandboxes) checkHeld(ctx context.Context) {
 // with the API replicas' writes of spec or metadata. A nil value clears;
 // an ended sandbox's tokens go, as they open nothing any more.
 func running(node string, ls LocalSandbox) map[string]any {
-	return map[string]any{"state": v1alpha1.SandboxRunning, "node": node, "reason": nil, "startedAt": metav1.NewTime(ls.StartedAt),
+	return map[string]any{"state": v1alpha1.SandboxRunning, "node": node, "reason": nil, "errorClass": nil, "startedAt": metav1.NewTime(ls.StartedAt),
 		"envdAccessToken": orNil(ls.EnvdAccessToken), "trafficAccessToken": orNil(ls.TrafficAccessToken)}
 }
 
@@ -303,7 +305,7 @@ func orNil(s string) any {
 }
 
 func ended(state v1alpha1.SandboxState, node, reason string) map[string]any {
-	return map[string]any{"state": state, "node": node, "reason": reason, "envdAccessToken": nil, "trafficAccessToken": nil}
+	return map[string]any{"state": state, "node": node, "reason": reason, "errorClass": nil, "envdAccessToken": nil, "trafficAccessToken": nil}
 }
 
 // setStatus writes status to object name's status and says whether it did;

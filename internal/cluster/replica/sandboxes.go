@@ -20,14 +20,16 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/control"
+	clusternode "github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
 	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
 // DefaultStartTimeout bounds the wait for a node to report a new sandbox
-// Running: a node builds a template it lacks on first use (minutes).
-const DefaultStartTimeout = 10 * time.Minute
+// Running: a node builds a template it lacks on first use (minutes). The
+// leader's Collector counts a sandbox not started by then as ended.
+const DefaultStartTimeout = control.MaxStart
 
 // Config is a Sandboxes'.
 type Config struct {
@@ -38,7 +40,7 @@ type Config struct {
 	// may name one that no node has built yet.
 	BuiltIn []string
 	// StartTimeout bounds a create's wait for Running (default
-	// DefaultStartTimeout).
+	// DefaultStartTimeout, which is also the most).
 	StartTimeout time.Duration
 	Log          *slog.Logger
 }
@@ -58,6 +60,9 @@ func New(kube *rest.Config, cfg Config) (*Sandboxes, error) {
 	if cfg.StartTimeout <= 0 {
 		cfg.StartTimeout = DefaultStartTimeout
 	}
+	if cfg.StartTimeout > control.MaxStart {
+		return nil, fmt.Errorf("cluster sandboxes: start timeout %s: at most %s, after which the leader counts a sandbox not started as ended", cfg.StartTimeout, control.MaxStart)
+	}
 	client, err := v1alpha1.NewClient(kube)
 	if err != nil {
 		return nil, err
@@ -69,6 +74,9 @@ func New(kube *rest.Config, cfg Config) (*Sandboxes, error) {
 // waits until its node reports it Running.
 func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
 	if err := supported(req); err != nil {
+		return store.Sandbox{}, err
+	}
+	if err := sandbox.CheckRequest(req); err != nil {
 		return store.Sandbox{}, err
 	}
 	if !s.known(req.Template) {
@@ -90,6 +98,11 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 			Metadata: req.Metadata,
 			Node:     node,
 			Secure:   req.Secure,
+			EnvVars:  req.EnvVars,
+			// What the node checks against its own limits (bandwidth,
+			// an egress proxy) it refuses with its Error's class.
+			AllowInternetAccess: req.AllowInternetAccess,
+			Network:             req.Network,
 		},
 	}
 	created := new(v1alpha1.Sandbox)
@@ -112,30 +125,24 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	}
 	if got.Status.State != v1alpha1.SandboxRunning {
 		s.remove(context.WithoutCancel(ctx), created.Name, log)
+		if refused := clusternode.ClassError(got.Status.ErrorClass, got.Status.Reason); got.Status.State == v1alpha1.SandboxError && refused != nil {
+			return store.Sandbox{}, refused
+		}
 		return store.Sandbox{}, fmt.Errorf("node %s could not start sandbox %s: %s: %s", node, created.Name, got.Status.State, got.Status.Reason)
 	}
 	return view(got), nil
 }
 
-// supported refuses what the Sandbox object cannot carry yet, rather than
-// create a sandbox without it.
+// supported refuses what cluster mode cannot do yet, rather than create a
+// sandbox without it.
 func supported(req sandbox.CreateRequest) error {
-	var field string
 	switch {
-	case len(req.EnvVars) > 0:
-		field = "envVars"
 	case req.AutoPause:
-		field = "autoPause"
-	case req.AllowInternetAccess != nil && !*req.AllowInternetAccess:
-		field = "allowInternetAccess false"
-	case len(req.Network) > 0:
-		field = "network"
+		return fmt.Errorf("%w: autoPause is not supported in cluster mode yet: nothing pauses through a Sandbox object, and connect would not resume it", sandbox.ErrInvalid)
 	case len(req.VolumeMounts) > 0:
-		field = "volumeMounts"
-	default:
-		return nil
+		return fmt.Errorf("%w: volumeMounts are not supported in cluster mode yet: a volume is one host's, and no node shares it", sandbox.ErrInvalid)
 	}
-	return fmt.Errorf("%w: %s is not supported in cluster mode yet", sandbox.ErrInvalid, field)
+	return nil
 }
 
 // known says whether some live node has template built, or every node
@@ -173,7 +180,7 @@ func (s *Sandboxes) get(ctx context.Context, id string) (*v1alpha1.Sandbox, erro
 	case err != nil:
 		return nil, fmt.Errorf("reading Sandbox %s: %w", id, err)
 	case o.Status.State.Ended():
-		return nil, &sandbox.EndedError{ID: id, At: endedAt(o), Reason: cmp.Or(o.Status.Reason, string(o.Status.State))}
+		return nil, &sandbox.EndedError{ID: id, At: o.StatusTime(), Reason: cmp.Or(o.Status.Reason, string(o.Status.State))}
 	}
 	return o, nil
 }
@@ -363,6 +370,10 @@ func view(o *v1alpha1.Sandbox) store.Sandbox {
 		Timeout:    o.Spec.Timeout.Duration,
 		Metadata:   maps.Clone(o.Spec.Metadata),
 		Secure:     o.Spec.Secure,
+		EnvVars:    maps.Clone(o.Spec.EnvVars),
+		// As the client sent them; the node normalizes its own copy.
+		AllowInternetAccess: o.Spec.AllowInternetAccess,
+		Network:             o.Spec.Network,
 		// The node's, as a single host returns its own.
 		EnvdAccessToken:    o.Status.EnvdAccessToken,
 		TrafficAccessToken: o.Status.TrafficAccessToken,
@@ -382,17 +393,4 @@ func state(s v1alpha1.SandboxState) store.State {
 		return store.StateError
 	}
 	return store.StateStarting
-}
-
-// endedAt is when o's status was last written, which for an ended
-// sandbox is when it ended (the API server keeps the time per writer and
-// subresource).
-func endedAt(o *v1alpha1.Sandbox) time.Time {
-	var at time.Time
-	for _, f := range o.ManagedFields {
-		if f.Subresource == "status" && f.Time != nil && f.Time.After(at) {
-			at = f.Time.Time
-		}
-	}
-	return cmp.Or(at, o.CreationTimestamp.Time)
 }

@@ -3,12 +3,14 @@ package replica
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 	"github.com/agent-sandbox/agent-sandbox/internal/store"
 )
 
@@ -103,5 +105,41 @@ func TestKeys(t *testing.T) {
 	}
 	if _, err := k.VerifyAPIKey(t.Context(), key[:len(key)-1]+"8"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("another key: %v, want store.ErrNotFound", err)
+	}
+}
+
+// TestCreateChecks: a replica refuses before any write what cluster mode
+// cannot do yet, and what no node would take in the single host's words
+// (sandbox.CheckRequest); env vars and network configs pass to the node.
+func TestCreateChecks(t *testing.T) {
+	off := false
+	for _, tc := range []struct {
+		name string
+		req  sandbox.CreateRequest
+		want string // "": accepted
+	}{
+		{"env vars and network", sandbox.CreateRequest{EnvVars: map[string]string{"A": "b"}, AllowInternetAccess: &off,
+			Network: []byte(`{"allowPublicTraffic":false,"maskRequestHost":"localhost:${PORT}","allowOut":["1.1.1.1"],"denyOut":["0.0.0.0/0"]}`)}, ""},
+		{"auto-pause", sandbox.CreateRequest{AutoPause: true}, "autoPause is not supported in cluster mode yet"},
+		{"volumes", sandbox.CreateRequest{VolumeMounts: []store.VolumeMount{{Name: "v", Path: "/data"}}}, "volumeMounts are not supported in cluster mode yet"},
+		{"network not JSON", sandbox.CreateRequest{Network: []byte(`{`)}, "network config is not valid JSON"},
+		{"bad allowOut", sandbox.CreateRequest{Network: []byte(`{"allowOut":["not a host!"]}`)}, "network.allowOut"},
+		{"egress proxy", sandbox.CreateRequest{Network: []byte(`{"egressProxy":{"url":"socks5://x"}}`)}, "network.egressProxy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := supported(tc.req)
+			if err == nil {
+				err = sandbox.CheckRequest(tc.req)
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want == "":
+			case err == nil:
+				t.Fatalf("accepted, want %q", tc.want)
+			case !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("refused with %v, want an ErrInvalid saying %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -18,8 +18,9 @@ func full() []runtime.Object {
 	sb := Sandbox{
 		TypeMeta:   metav1.TypeMeta{Kind: "Sandbox", APIVersion: GroupVersion.String()},
 		ObjectMeta: meta,
-		Spec:       SandboxSpec{Template: "base", Timeout: metav1.Duration{Duration: time.Minute}, Metadata: map[string]string{"k": "v"}, Node: "n1", Secure: true},
-		Status:     SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", StartedAt: &started, EnvdAccessToken: "e", TrafficAccessToken: "t"},
+		Spec: SandboxSpec{Template: "base", Timeout: metav1.Duration{Duration: time.Minute}, Metadata: map[string]string{"k": "v"}, Node: "n1", Secure: true,
+			EnvVars: map[string]string{"E": "v"}, AllowInternetAccess: new(true), Network: []byte(`{"allowPublicTraffic":false}`)},
+		Status: SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", ErrorClass: ErrorInvalid, StartedAt: &started, EnvdAccessToken: "e", TrafficAccessToken: "t"},
 	}
 	node := SandboxNode{
 		TypeMeta:   metav1.TypeMeta{Kind: "SandboxNode", APIVersion: GroupVersion.String()},

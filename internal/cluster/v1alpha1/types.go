@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -31,6 +34,17 @@ type SandboxSpec struct {
 	// Secure: the sandbox's ports besides envd's require its envd access
 	// token too (E2B's secure).
 	Secure bool `json:"secure,omitempty"`
+	// EnvVars are the sandbox's environment (E2B's envVars). Values may
+	// be secrets: whoever may read Sandboxes reads them, as they read the
+	// access tokens of the status.
+	EnvVars map[string]string `json:"envVars,omitempty"`
+	// AllowInternetAccess is E2B's allow_internet_access; nil: the
+	// node's default.
+	AllowInternetAccess *bool `json:"allowInternetAccess,omitempty"`
+	// Network is E2B's network config as the client sent it (allowOut,
+	// denyOut, allowPublicTraffic, maskRequestHost, rules, bandwidth):
+	// the node applies it as a single host does.
+	Network json.RawMessage `json:"network,omitempty"`
 }
 
 // SandboxState is where a sandbox is in its life.
@@ -53,14 +67,46 @@ func (s SandboxState) Ended() bool {
 	return s == SandboxKilled || s == SandboxLost || s == SandboxError
 }
 
+// StatusTime is when s's status was last written, which for an ended
+// sandbox is when it ended (the API server keeps the time per writer and
+// subresource, in seconds); its creation when none was.
+func (s *Sandbox) StatusTime() time.Time {
+	var at time.Time
+	for _, f := range s.ManagedFields {
+		if f.Subresource == "status" && f.Time != nil && f.Time.After(at) {
+			at = f.Time.Time
+		}
+	}
+	if at.IsZero() {
+		return s.CreationTimestamp.Time
+	}
+	return at
+}
+
+// SandboxErrorClass says what kind of failure a node's Error is, so that
+// the API replica answers the create as a single host would (a request the
+// node refuses is the client's 4xx, not the cluster's 500).
+type SandboxErrorClass string
+
+// The classes; none ("") is the node's own failure.
+const (
+	ErrorInvalid     SandboxErrorClass = "Invalid"     // the request: 400
+	ErrorConflict    SandboxErrorClass = "Conflict"    // 409
+	ErrorLimit       SandboxErrorClass = "Limit"       // the node's sandbox cap: 429
+	ErrorUnavailable SandboxErrorClass = "Unavailable" // the template is being built: 503
+)
+
 // SandboxStatus is what the node holding the sandbox reports.
 type SandboxStatus struct {
 	State SandboxState `json:"state,omitempty"`
 	// Node is the node that reported this status.
 	Node string `json:"node,omitempty"`
 	// Reason says why the sandbox is in State, for Killed, Lost and Error.
-	Reason    string       `json:"reason,omitempty"`
-	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// ErrorClass, for Error, is the kind of the node's failure; Reason
+	// is then meant for the client.
+	ErrorClass SandboxErrorClass `json:"errorClass,omitempty"`
+	StartedAt  *metav1.Time      `json:"startedAt,omitempty"`
 	// EnvdAccessToken is what clients present to the sandbox's envd
 	// (X-Access-Token), made by the node when it starts the sandbox; the
 	// API replicas return it from create, connect and get, as a single
