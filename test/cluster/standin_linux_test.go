@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
@@ -103,7 +104,15 @@ func (h *standInHost) relay(t *testing.T, addr string) {
 	}); err != nil {
 		t.Fatalf("listening on %s in %s: %v", addr, h.netns, err)
 	}
+	forward(t, ln, addr)
+}
+
+// forward passes each TCP connection ln accepts to one of backends, in
+// turn, or the next when one does not answer (a load balancer's way, as a
+// Service's), until the test ends.
+func forward(t *testing.T, ln net.Listener, backends ...string) {
 	t.Cleanup(func() { ln.Close() })
+	var next atomic.Uint32
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -112,16 +121,20 @@ func (h *standInHost) relay(t *testing.T, addr string) {
 			}
 			go func() {
 				defer c.Close()
-				up, err := net.Dial("tcp", addr)
-				if err != nil {
+				first := int(next.Add(1))
+				for i := range backends {
+					up, err := net.Dial("tcp", backends[(first+i)%len(backends)])
+					if err != nil {
+						continue
+					}
+					defer up.Close()
+					go func() {
+						_, _ = io.Copy(up, c)
+						_ = up.(*net.TCPConn).CloseWrite()
+					}()
+					_, _ = io.Copy(c, up)
 					return
 				}
-				defer up.Close()
-				go func() {
-					_, _ = io.Copy(up, c)
-					_ = up.(*net.TCPConn).CloseWrite()
-				}()
-				_, _ = io.Copy(c, up)
 			}()
 		}
 	}()

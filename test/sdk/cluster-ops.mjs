@@ -8,6 +8,10 @@
 //                                     (and envd's /proc/self/uid_map), N times
 //   node cluster-ops.mjs connect ID…  Sandbox.connect, commands.run, files.read of create's file
 //   node cluster-ops.mjs kill ID…     Sandbox.kill
+//   node cluster-ops.mjs loop SECONDS Sandbox.create, then commands.run, files.write and files.read
+//                                     over and over for SECONDS, each retried once on an error
+//                                     (printed, counted), then Sandbox.kill; prints a line once
+//                                     the sandbox runs, and one at the end
 //
 // Any failure throws, so the exit status is not 0.
 
@@ -47,7 +51,33 @@ async function kill(ids) {
   }
 }
 
+/** Runs fn, and once more if it fails; retries lists the first failures. */
+async function retried(what, fn, retries) {
+  try {
+    return await fn()
+  } catch (err) {
+    retries.push(`${what}: ${err.message}`)
+    console.error(`retrying ${what} after: ${err.message}`)
+    return await fn()
+  }
+}
+
+async function loop(seconds) {
+  const retries = []
+  const sbx = await retried('create', () => Sandbox.create({ timeoutMs: 5 * 60_000 }), retries)
+  console.log(JSON.stringify({ id: sbx.sandboxId, started: true }))
+  let ops = 0
+  for (const end = Date.now() + seconds * 1000; Date.now() < end; ops++) {
+    const run = await retried(`commands.run #${ops}`, () => sbx.commands.run(`echo ${ops}`), retries)
+    assert.equal(run.stdout, `${ops}\n`)
+    await retried(`files.write #${ops}`, () => sbx.files.write(FILE, String(ops)), retries)
+    assert.equal(await retried(`files.read #${ops}`, () => sbx.files.read(FILE), retries), String(ops))
+  }
+  assert.equal(await retried('kill', () => Sandbox.kill(sbx.sandboxId), retries), true)
+  console.log(JSON.stringify({ id: sbx.sandboxId, ops, retries }))
+}
+
 const [op, ...args] = process.argv.slice(2)
-const ops = { create: () => create(Number(args[0])), connect: () => connect(args), kill: () => kill(args) }
-if (!ops[op]) throw new Error(`unknown operation ${op}: create N, connect ID…, kill ID…`)
+const ops = { create: () => create(Number(args[0])), connect: () => connect(args), kill: () => kill(args), loop: () => loop(Number(args[0])) }
+if (!ops[op]) throw new Error(`unknown operation ${op}: create N, connect ID…, kill ID…, loop SECONDS`)
 await ops[op]()
