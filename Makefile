@@ -118,8 +118,10 @@ kube-tools:
 ## deploy/kubernetes applied server-side, its RBAC role by role, kubectl
 ## listing a Sandbox, the node agent's Lease renewed and expiring, and a real
 ## serve --cluster kubernetes running the Sandboxes placed on it (its data dir
-## seeded with the base template test-sdk built, as test-recovery's). About
-## 40 s once kube-tools has built (its first build, on a fresh machine, is
+## seeded with the base template test-sdk built, as test-recovery's), and three
+## real nodes on stand-in hosts (network and mount namespaces) with two API
+## replicas driven by the official E2B SDK of test/sdk (deps-test installs it),
+## a replica and a node killed on the way. About 3 min once kube-tools has built (its first build, on a fresh machine, is
 ## some 8 to 10 minutes on 2 cores; then cached), plus any wait for the host
 ## lock.
 test-cluster: deps-test kube-tools
