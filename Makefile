@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: dashboard-vendor build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery test-cluster kube-tools bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: dashboard-vendor build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery test-cluster test-sdk-cluster kube-tools bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
@@ -126,6 +126,14 @@ kube-tools:
 ## lock.
 test-cluster: deps-test kube-tools
 	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v -skip TestSDKCoreFilesOnCluster ./test/cluster/
+
+## test-sdk-cluster: test/sdk's core server files (lifecycle, router, ports)
+## with the official SDK against three node agents on stand-in hosts and two
+## API replicas (TestSDKCoreFilesOnCluster, about 1 min). Not in make test
+## while the replicas lack what some of those files call: 22 to 23 of 26
+## pass (docs/KUBERNETES.md, "Not built yet").
+test-sdk-cluster: deps-test kube-tools
+	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v -run TestSDKCoreFilesOnCluster ./test/cluster/
 
 ## bench-smoke: `agent-sandbox bench --quick`, so the benchmark cannot rot. It
 ## fails when the bench cannot measure, never on a figure. Its data dir is its
