@@ -71,13 +71,15 @@ func newStandInHost(t *testing.T, i int) *standInHost {
 		t.Fatal(err)
 	}
 	// Inside, the host's userns/ is set aside before the tmpfs hides it,
-	// then moved into the tmpfs.
+	// then moved into the tmpfs. The namespace is the host's slave: what
+	// the host unmounts goes from it too (it pins nothing of others'),
+	// and nothing mounted in it reaches the host.
 	const setup = `set -e
 mount --bind /run/agent-sandbox/userns "$1"
 mount -t tmpfs -o mode=0755 standin-run /run/agent-sandbox
 mkdir -m 0700 /run/agent-sandbox/userns
 mount --move "$1" /run/agent-sandbox/userns`
-	mustRun(t, "unshare", "--mount="+h.mntns, "--propagation", "private", "sh", "-c", setup, "sh", stage)
+	mustRun(t, "unshare", "--mount="+h.mntns, "--propagation", "slave", "sh", "-c", setup, "sh", stage)
 	t.Cleanup(func() { runCleanup(t, "umount", h.mntns) })
 	return h
 }
