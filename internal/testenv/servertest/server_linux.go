@@ -125,6 +125,10 @@ type Server struct {
 	DataDir string
 	APIKey  string
 	Listen  string // kept across restarts, as a client's configuration would be
+	// Wrap is a command serve runs under, its arguments followed by
+	// serve's (e.g. one entering a stand-in host's namespaces); it must
+	// exec serve, so that the PID started is serve's. Empty: none.
+	Wrap []string
 	// Made are the IDs of the sandboxes Create made, killed by the
 	// teardown of a failed test.
 	Made    []string
@@ -239,8 +243,8 @@ func (s *Server) spawn() {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	args := append([]string{"serve", "--listen", s.Listen, "--data-dir", s.DataDir, "--api-key", s.APIKey}, s.flags...)
-	s.cmd = exec.Command(s.bin, args...)
+	args := slices.Concat(s.Wrap, []string{s.bin, "serve", "--listen", s.Listen, "--data-dir", s.DataDir, "--api-key", s.APIKey}, s.flags)
+	s.cmd = exec.Command(args[0], args[1:]...)
 	s.cmd.Stdout, s.cmd.Stderr = out, out
 	// Should the test binary die, the server goes too (and gives back the
 	// host lock); its sandboxes stay, in the data dir, as on any stop.
