@@ -68,7 +68,10 @@ func (c clusterSandboxes) Create(ctx context.Context, name, key string, spec v1a
 
 // localSandbox is what the agent reports of sb.
 func localSandbox(sb store.Sandbox) node.LocalSandbox {
-	return node.LocalSandbox{ID: sb.ID, StartedAt: sb.StartedAt, EnvdAccessToken: sb.EnvdAccessToken, TrafficAccessToken: sb.TrafficAccessToken}
+	return node.LocalSandbox{
+		ID: sb.ID, StartedAt: sb.StartedAt, EnvdAccessToken: sb.EnvdAccessToken, TrafficAccessToken: sb.TrafficAccessToken,
+		TemplateID: sb.TemplateID, Alias: sb.Alias, CPUCount: sb.CPUCount, MemoryMB: sb.MemoryMB, DiskSizeMB: sb.DiskSizeMB,
+	}
 }
 
 // Ended implements node.Local: the sandbox's record says why it ended; a

@@ -45,6 +45,9 @@ type LocalSandbox struct {
 	StartedAt          time.Time
 	EnvdAccessToken    string
 	TrafficAccessToken string
+	// TemplateID and Alias are the built template's ID and name.
+	TemplateID, Alias              string
+	CPUCount, MemoryMB, DiskSizeMB int
 }
 
 // DefaultCheckInterval is how often the agent checks that the sandboxes it
@@ -214,7 +217,7 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 	case isHeld:
 		// Adopted, or a status write that failed: say so unless the
 		// object says it already.
-		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node || o.Status.EnvdAccessToken != h.local.EnvdAccessToken {
+		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node || o.Status.EnvdAccessToken != h.local.EnvdAccessToken || o.Status.TemplateID != h.local.TemplateID {
 			c.setStatus(ctx, o.Name, running(c.node, h.local), log)
 		}
 		if o.Spec.Timeout.Duration != h.timeout {
@@ -293,7 +296,8 @@ func (c *sandboxes) checkHeld(ctx context.Context) {
 // an ended sandbox's tokens go, as they open nothing any more.
 func running(node string, ls LocalSandbox) map[string]any {
 	return map[string]any{"state": v1alpha1.SandboxRunning, "node": node, "reason": nil, "errorClass": nil, "startedAt": metav1.NewTime(ls.StartedAt),
-		"envdAccessToken": orNil(ls.EnvdAccessToken), "trafficAccessToken": orNil(ls.TrafficAccessToken)}
+		"envdAccessToken": orNil(ls.EnvdAccessToken), "trafficAccessToken": orNil(ls.TrafficAccessToken),
+		"templateID": orNil(ls.TemplateID), "alias": orNil(ls.Alias), "cpuCount": ls.CPUCount, "memoryMB": ls.MemoryMB, "diskSizeMB": ls.DiskSizeMB}
 }
 
 // orNil is s, or nil (which clears the field) for "".

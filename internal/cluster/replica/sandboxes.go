@@ -181,8 +181,19 @@ func (s *Sandboxes) get(ctx context.Context, id string) (*v1alpha1.Sandbox, erro
 		return nil, fmt.Errorf("reading Sandbox %s: %w", id, err)
 	case o.Status.State.Ended():
 		return nil, &sandbox.EndedError{ID: id, At: o.StatusTime(), Reason: cmp.Or(o.Status.Reason, string(o.Status.State))}
+	case overdue(o, time.Now()):
+		return nil, &sandbox.EndedError{ID: id, At: view(o).EndAt, Reason: store.ReasonTimeout}
 	}
 	return o, nil
+}
+
+// overdue says whether o's sandbox has outlived its timeout while its node
+// has not reported the kill yet (it checks once a second, then writes the
+// status): a single host stops answering for a sandbox at its end, and so
+// do the replicas.
+func overdue(o *v1alpha1.Sandbox, now time.Time) bool {
+	return o.Status.State == v1alpha1.SandboxRunning && o.Status.StartedAt != nil &&
+		now.After(o.Status.StartedAt.Add(o.Spec.Timeout.Duration))
 }
 
 // Kill deletes the object; the node kills the sandbox when it sees the
@@ -277,7 +288,8 @@ func list(objs []*v1alpha1.Sandbox, q store.ListQuery) ([]store.Sandbox, string,
 	var out []store.Sandbox
 	for _, o := range objs {
 		sb := view(o)
-		if !slices.Contains(states, sb.State) || (q.TemplateID != "" && sb.TemplateID != q.TemplateID) ||
+		// A template by its ID or its name, as the store matches it.
+		if !slices.Contains(states, sb.State) || (q.TemplateID != "" && sb.TemplateID != q.TemplateID && sb.Alias != q.TemplateID) ||
 			sb.StartedAt.Truncate(time.Millisecond).Before(q.StartedAfter) || !hasMetadata(sb.Metadata, q.Metadata) {
 			continue
 		}
@@ -360,9 +372,15 @@ func view(o *v1alpha1.Sandbox) store.Sandbox {
 	if o.Status.StartedAt != nil {
 		started = o.Status.StartedAt.Time
 	}
-	return store.Sandbox{
-		ID:         o.Name,
-		TemplateID: o.Spec.Template,
+	sb := store.Sandbox{
+		ID: o.Name,
+		// The node's, once it started the sandbox: the template's built
+		// ID and name, whichever of them spec.template gave.
+		TemplateID: cmp.Or(o.Status.TemplateID, o.Spec.Template),
+		Alias:      o.Status.Alias,
+		CPUCount:   o.Status.CPUCount,
+		MemoryMB:   o.Status.MemoryMB,
+		DiskSizeMB: o.Status.DiskSizeMB,
 		State:      state(o.Status.State),
 		Reason:     o.Status.Reason,
 		StartedAt:  started,
@@ -378,6 +396,10 @@ func view(o *v1alpha1.Sandbox) store.Sandbox {
 		EnvdAccessToken:    o.Status.EnvdAccessToken,
 		TrafficAccessToken: o.Status.TrafficAccessToken,
 	}
+	if overdue(o, time.Now()) {
+		sb.State, sb.Reason = store.StateKilled, store.ReasonTimeout
+	}
+	return sb
 }
 
 // state is the store's state of an object's.

@@ -17,12 +17,12 @@ import (
 var t0 = time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 
 // object is Sandbox name of template, started at t0 plus start seconds,
-// in state, with metadata md.
+// in state, with metadata md, and a timeout that has not passed.
 func object(name, template string, start int, state v1alpha1.SandboxState, md map[string]string) *v1alpha1.Sandbox {
 	started := metav1.NewTime(t0.Add(time.Duration(start) * time.Second))
 	return &v1alpha1.Sandbox{
 		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: started},
-		Spec:       v1alpha1.SandboxSpec{Template: template, Timeout: metav1.Duration{Duration: time.Minute}, Metadata: md},
+		Spec:       v1alpha1.SandboxSpec{Template: template, Timeout: metav1.Duration{Duration: 100 * 365 * 24 * time.Hour}, Metadata: md},
 		Status:     v1alpha1.SandboxStatus{State: state, StartedAt: &started},
 	}
 }
@@ -141,5 +141,42 @@ func TestCreateChecks(t *testing.T) {
 				t.Fatalf("refused with %v, want an ErrInvalid saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// A Running object past its end, whose node has not reported the kill yet,
+// is a timed-out sandbox, as on a single host: get does not find it and
+// list shows it killed.
+func TestOverdue(t *testing.T) {
+	o := object("late", "base", 0, v1alpha1.SandboxRunning, nil)
+	o.Spec.Timeout.Duration = time.Minute
+	if sb := view(o); sb.State != store.StateKilled || sb.Reason != store.ReasonTimeout || !sb.EndAt.Equal(t0.Add(time.Minute)) {
+		t.Errorf("view of an overdue object = %s (%s), end %s; want killed by its timeout at %s", sb.State, sb.Reason, sb.EndAt, t0.Add(time.Minute))
+	}
+	got, _, err := list([]*v1alpha1.Sandbox{o}, store.ListQuery{})
+	if err != nil || len(got) != 0 {
+		t.Errorf("list of running and paused = %v, %v; want none", got, err)
+	}
+	if overdue(o, t0.Add(59*time.Second)) || !overdue(o, t0.Add(61*time.Second)) {
+		t.Error("overdue does not turn at the object's end")
+	}
+	o.Status.State = v1alpha1.SandboxPaused
+	if overdue(o, t0.Add(time.Hour)) {
+		t.Error("a paused sandbox's timeout does not run; it is not overdue")
+	}
+}
+
+// The node's template ID and name are the sandbox's, and either finds it
+// in a list by template.
+func TestViewTemplate(t *testing.T) {
+	o := object("n", "base", 0, v1alpha1.SandboxRunning, nil)
+	o.Status.TemplateID, o.Status.Alias, o.Status.CPUCount = "base-1a2b3c", "base", 2
+	if sb := view(o); sb.TemplateID != "base-1a2b3c" || sb.Alias != "base" || sb.CPUCount != 2 {
+		t.Errorf("view = template %q alias %q cpus %d; want the node's base-1a2b3c, base, 2", sb.TemplateID, sb.Alias, sb.CPUCount)
+	}
+	for _, q := range []string{"base-1a2b3c", "base"} {
+		if got, _, _ := list([]*v1alpha1.Sandbox{o}, store.ListQuery{TemplateID: q}); len(got) != 1 {
+			t.Errorf("list by template %q = %v; want the sandbox", q, got)
+		}
 	}
 }

@@ -20,7 +20,7 @@ func full() []runtime.Object {
 		ObjectMeta: meta,
 		Spec: SandboxSpec{Template: "base", Timeout: metav1.Duration{Duration: time.Minute}, Metadata: map[string]string{"k": "v"}, Node: "n1", Secure: true,
 			EnvVars: map[string]string{"E": "v"}, AllowInternetAccess: new(true), Network: []byte(`{"allowPublicTraffic":false}`)},
-		Status: SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", ErrorClass: ErrorInvalid, StartedAt: &started, EnvdAccessToken: "e", TrafficAccessToken: "t"},
+		Status: SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", ErrorClass: ErrorInvalid, StartedAt: &started, EnvdAccessToken: "e", TrafficAccessToken: "t", TemplateID: "base-1a2b", Alias: "base", CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024},
 	}
 	node := SandboxNode{
 		TypeMeta:   metav1.TypeMeta{Kind: "SandboxNode", APIVersion: GroupVersion.String()},

@@ -115,6 +115,16 @@ type SandboxStatus struct {
 	// TrafficAccessToken guards the sandbox's other ports when it does not
 	// allow public traffic; empty otherwise.
 	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
+	// TemplateID and Alias are the template the node started the sandbox
+	// from: its built ID and its name, which spec.template may give either
+	// of. The API answers with them as a single host does.
+	TemplateID string `json:"templateID,omitempty"`
+	Alias      string `json:"alias,omitempty"`
+	// CPUCount, MemoryMB and DiskSizeMB are the sandbox's resources, as
+	// its template gave them on the node.
+	CPUCount   int `json:"cpuCount,omitempty"`
+	MemoryMB   int `json:"memoryMB,omitempty"`
+	DiskSizeMB int `json:"diskSizeMB,omitempty"`
 }
 
 // SandboxList is a page of Sandboxes.
