@@ -103,3 +103,18 @@ func (c clusterSandboxes) Kill(ctx context.Context, id string) error {
 func (c clusterSandboxes) SetEndAt(ctx context.Context, id string, at time.Time) error {
 	return c.manager.SetTimeout(ctx, id, max(time.Until(at), time.Second))
 }
+
+// Pause implements node.Local.
+func (c clusterSandboxes) Pause(ctx context.Context, id string, keepMemory bool) error {
+	return c.manager.Pause(ctx, id, keepMemory)
+}
+
+// Resume implements node.Local, as a connect to a paused sandbox resumes
+// it on a single host.
+func (c clusterSandboxes) Resume(ctx context.Context, id string, at time.Time) (node.LocalSandbox, error) {
+	sb, _, err := c.manager.Connect(ctx, id, max(time.Until(at), time.Second), false)
+	if err != nil {
+		return node.LocalSandbox{}, err
+	}
+	return localSandbox(sb), nil
+}

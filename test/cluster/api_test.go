@@ -175,9 +175,14 @@ func TestAPIReplica(t *testing.T) {
 		_, err := cl1.CreateSandbox(ctx, client.CreateOptions{Template: "base"})
 		return err
 	})
-	checkStatus(t, "pause", http.StatusNotImplemented, func() error {
+	// A pause the node refuses (these nodes cannot) is answered in its
+	// class, and the object no longer asks for it.
+	checkStatus(t, "pause on a node that cannot", http.StatusBadRequest, func() error {
 		return cl1.Pause(ctx, ids[0], true)
 	})
+	if o := readSandbox(t, rc, ids[0]); o.Spec.Pause != "" || o.Status.State != v1alpha1.SandboxRunning {
+		t.Errorf("after the refused pause: spec.pause %q, state %s; want none, Running", o.Spec.Pause, o.Status.State)
+	}
 	if n := countSandboxes(t, rc); n != objects {
 		t.Errorf("%d Sandbox objects after the refused creates, want %d", n, objects)
 	}

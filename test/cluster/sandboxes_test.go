@@ -16,6 +16,7 @@ import (
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 )
 
 // fakeLocal is a node's sandboxes in memory, for the agent's side of the
@@ -84,6 +85,16 @@ func (f *fakeLocal) SetEndAt(_ context.Context, id string, at time.Time) error {
 	}
 	f.endAt[id] = at
 	return nil
+}
+
+// Pause refuses as a backend that cannot pause does: the request's
+// fault, which the replica answers 400.
+func (f *fakeLocal) Pause(context.Context, string, bool) error {
+	return fmt.Errorf("%w: the fake node does not pause", sandbox.ErrInvalid)
+}
+
+func (f *fakeLocal) Resume(context.Context, string, time.Time) (node.LocalSandbox, error) {
+	return node.LocalSandbox{}, fmt.Errorf("%w: the fake node does not resume", sandbox.ErrInvalid)
 }
 
 // calls returns copies of what Create and Kill were called with.

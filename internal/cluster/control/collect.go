@@ -102,7 +102,9 @@ func choose(o *v1alpha1.Sandbox, now time.Time, retention time.Duration) (chore,
 		return keep, ""
 	}
 	end := o.Status.StartedAt.Add(o.Spec.Timeout.Duration)
-	if now.Sub(end) >= OverdueGrace {
+	// A paused sandbox's timeout does not run: its node keeps it for its
+	// paused retention, as a single host does.
+	if o.Status.State != v1alpha1.SandboxPaused && now.Sub(end) >= OverdueGrace {
 		return expire, fmt.Sprintf("timed out at %s; node %s did not report it", end.UTC().Format(time.RFC3339), o.Spec.Node)
 	}
 	return keep, ""

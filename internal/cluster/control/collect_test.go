@@ -48,6 +48,7 @@ func TestChoose(t *testing.T) {
 		{"running within its timeout", obj(v1alpha1.SandboxRunning, 10*time.Minute, 10*time.Minute, 10*time.Minute, time.Hour), keep, ""},
 		{"running past its end, within the grace", obj(v1alpha1.SandboxRunning, 10*time.Minute, 10*time.Minute, 10*time.Minute, 9*time.Minute+30*time.Second), keep, ""},
 		{"running past its end and the grace", obj(v1alpha1.SandboxRunning, 10*time.Minute, 10*time.Minute, 10*time.Minute, 9*time.Minute), expire, "timed out at 2026-12-06T01:59:00Z; node n1 did not report it"},
+		{"paused past its end: its node's paused retention applies", obj(v1alpha1.SandboxPaused, 10*time.Minute, 10*time.Minute, 10*time.Minute, time.Minute), keep, ""},
 		{"pending within a create's wait", obj("", MaxStart, none, none, time.Second), keep, ""},
 		{"pending past a create's wait", obj(v1alpha1.SandboxPending, MaxStart+OverdueGrace, none, none, time.Hour), expire, "not started by node n1 within 10m0s"},
 	} {

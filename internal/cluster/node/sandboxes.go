@@ -36,6 +36,11 @@ type Local interface {
 	// SetEndAt makes sandbox id end at at, by its timeout (at least a
 	// second from now).
 	SetEndAt(ctx context.Context, id string, at time.Time) error
+	// Pause pauses sandbox id, with its memory or its files only.
+	Pause(ctx context.Context, id string, keepMemory bool) error
+	// Resume resumes paused sandbox id, to end at at (at least a second
+	// from now).
+	Resume(ctx context.Context, id string, at time.Time) (LocalSandbox, error)
 }
 
 // LocalSandbox is one sandbox of the node, with the access tokens its
@@ -214,10 +219,12 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 		return
 	}
 	switch {
+	case isHeld && c.pauseOrResume(ctx, o, h, log):
 	case isHeld:
 		// Adopted, or a status write that failed: say so unless the
 		// object says it already.
-		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node || o.Status.EnvdAccessToken != h.local.EnvdAccessToken || o.Status.TemplateID != h.local.TemplateID {
+		// A reason left by a pause that failed goes too.
+		if o.Status.State != v1alpha1.SandboxRunning || o.Status.Node != c.node || o.Status.EnvdAccessToken != h.local.EnvdAccessToken || o.Status.TemplateID != h.local.TemplateID || o.Status.Reason != "" {
 			c.setStatus(ctx, o.Name, running(c.node, h.local), log)
 		}
 		if o.Spec.Timeout.Duration != h.timeout {
@@ -241,6 +248,46 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 		log.Info("sandbox created for its object", "sandbox_id", ls.ID, "took", time.Since(t0).Round(time.Millisecond))
 		c.setStatus(ctx, o.Name, running(c.node, ls), log)
 	}
+}
+
+// pauseOrResume applies o's spec.pause to its held sandbox h: pauses it
+// when asked, resumes it when no longer asked, each once per generation
+// of the object (a failure is reported, not retried, and the replica that
+// asked hears of it). It says whether the sandbox is paused or about to
+// change, when nothing else of o applies.
+func (c *sandboxes) pauseOrResume(ctx context.Context, o *v1alpha1.Sandbox, h held, log *slog.Logger) bool {
+	paused := o.Status.State == v1alpha1.SandboxPaused
+	want := o.Spec.Pause != ""
+	if paused == want {
+		return paused
+	}
+	if o.Status.ObservedGeneration == o.Generation {
+		return true // tried at this generation, and failed: reported
+	}
+	var status map[string]any
+	var err error
+	if want {
+		if err = c.local.Pause(ctx, h.local.ID, o.Spec.Pause == v1alpha1.PauseMemory); err == nil {
+			status = map[string]any{"state": v1alpha1.SandboxPaused, "node": c.node, "reason": nil, "errorClass": nil}
+			log.Info("sandbox paused for its object", "sandbox_id", h.local.ID, "pause", o.Spec.Pause)
+		}
+	} else {
+		endAt := h.local.StartedAt.Truncate(time.Second).Add(o.Spec.Timeout.Duration)
+		var ls LocalSandbox
+		if ls, err = c.local.Resume(ctx, h.local.ID, endAt); err == nil {
+			h.local, h.timeout = ls, o.Spec.Timeout.Duration
+			c.held[o.UID] = h
+			status = running(c.node, ls)
+			log.Info("sandbox resumed for its object", "sandbox_id", h.local.ID)
+		}
+	}
+	if err != nil {
+		log.Warn("pausing or resuming the sandbox of an object", "sandbox_id", h.local.ID, "pause", o.Spec.Pause, "err", err)
+		status = map[string]any{"reason": err.Error(), "errorClass": orNil(string(ErrorClass(err)))}
+	}
+	status["observedGeneration"] = o.Generation
+	c.setStatus(ctx, o.Name, status, log)
+	return true
 }
 
 // setTimeout applies a changed spec.timeout (an API replica's setTimeout):

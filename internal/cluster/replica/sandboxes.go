@@ -138,7 +138,7 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 func supported(req sandbox.CreateRequest) error {
 	switch {
 	case req.AutoPause:
-		return fmt.Errorf("%w: autoPause is not supported in cluster mode yet: nothing pauses through a Sandbox object, and connect would not resume it", sandbox.ErrInvalid)
+		return fmt.Errorf("%w: autoPause is not supported in cluster mode yet: a node does not report a sandbox that its timeout paused", sandbox.ErrInvalid)
 	case len(req.VolumeMounts) > 0:
 		return fmt.Errorf("%w: volumeMounts are not supported in cluster mode yet: a volume is one host's, and no node shares it", sandbox.ErrInvalid)
 	}
@@ -222,50 +222,120 @@ func (s *Sandboxes) SetTimeout(ctx context.Context, id string, d time.Duration) 
 	if err != nil {
 		return err
 	}
-	_, err = s.endAt(ctx, o, time.Now().Add(d))
+	_, err = s.endAt(ctx, o, time.Now().Add(d), nil)
 	return err
 }
 
-// Connect implements api.Sandboxes as a single host does for a running
-// sandbox: it ends no sooner than d from now (a later end stays). Nothing
-// is paused in cluster mode yet, so nothing resumes.
+// Connect implements api.Sandboxes as a single host does: a running
+// sandbox ends no sooner than d from now (a later end stays); a paused one
+// is resumed by its node (spec.pause cleared) to end d from now.
 func (s *Sandboxes) Connect(ctx context.Context, id string, d time.Duration, _ bool) (store.Sandbox, bool, error) {
 	o, err := s.get(ctx, id)
 	if err != nil {
 		return store.Sandbox{}, false, err
 	}
+	endAt := time.Now().Add(d)
 	if o.Status.State == v1alpha1.SandboxPaused {
-		return store.Sandbox{}, false, unsupported("resuming a paused sandbox")
+		// Resumed by its node, to end d from now, as a single host does.
+		if o, err = s.endAt(ctx, o, endAt, map[string]any{"pause": nil}); err != nil {
+			return store.Sandbox{}, false, err
+		}
+		if err := s.nodeActed(ctx, o, v1alpha1.SandboxRunning, "resume"); err != nil {
+			return store.Sandbox{}, false, err
+		}
+		o, err = s.get(ctx, id)
+		return view(o), err == nil, err
 	}
-	if endAt := time.Now().Add(d); o.Status.StartedAt == nil || endAt.After(view(o).EndAt) {
-		if o, err = s.endAt(ctx, o, endAt); err != nil {
+	if o.Status.StartedAt == nil || endAt.After(view(o).EndAt) {
+		if o, err = s.endAt(ctx, o, endAt, nil); err != nil {
 			return store.Sandbox{}, false, err
 		}
 	}
 	return view(o), false, nil
 }
 
-// endAt makes o's sandbox end at at: its spec.timeout becomes the time
-// from its status.startedAt (whole seconds) to at, which its node
-// applies. It returns the object as patched.
-func (s *Sandboxes) endAt(ctx context.Context, o *v1alpha1.Sandbox, at time.Time) (*v1alpha1.Sandbox, error) {
+// endAt makes o's sandbox end at at (and patches the rest of spec into its
+// spec too): its spec.timeout becomes the time from its status.startedAt
+// (whole seconds) to at, which its node applies. It returns the object as
+// patched.
+func (s *Sandboxes) endAt(ctx context.Context, o *v1alpha1.Sandbox, at time.Time, spec map[string]any) (*v1alpha1.Sandbox, error) {
 	if o.Status.StartedAt == nil {
 		return nil, fmt.Errorf("%w: sandbox %s has not started yet", sandbox.ErrConflict, o.Name)
 	}
-	timeout := at.Sub(o.Status.StartedAt.Time).Round(time.Second)
-	body, err := json.Marshal(map[string]any{"spec": map[string]any{"timeout": metav1.Duration{Duration: timeout}}})
+	spec = maps.Clone(spec)
+	if spec == nil {
+		spec = make(map[string]any, 1)
+	}
+	spec["timeout"] = metav1.Duration{Duration: at.Sub(o.Status.StartedAt.Time).Round(time.Second)}
+	return s.patchSpec(ctx, o.Name, spec)
+}
+
+// patchSpec merges spec into the spec of Sandbox name (a JSON merge patch:
+// nil clears a field) and returns the object as patched.
+func (s *Sandboxes) patchSpec(ctx context.Context, name string, spec map[string]any) (*v1alpha1.Sandbox, error) {
+	body, err := json.Marshal(map[string]any{"spec": spec})
 	if err != nil {
-		return nil, fmt.Errorf("encoding the timeout of Sandbox %s: %w", o.Name, err)
+		return nil, fmt.Errorf("encoding the spec of Sandbox %s: %w", name, err)
 	}
 	patched := new(v1alpha1.Sandbox)
-	err = s.on(s.client.Patch(types.MergePatchType)).Name(o.Name).Body(body).Do(ctx).Into(patched)
+	err = s.on(s.client.Patch(types.MergePatchType)).Name(name).Body(body).Do(ctx).Into(patched)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, sandbox.ErrNotFound
 	case err != nil:
-		return nil, fmt.Errorf("setting the timeout of Sandbox %s: %w", o.Name, err)
+		return nil, fmt.Errorf("changing the spec of Sandbox %s: %w", name, err)
 	}
 	return patched, nil
+}
+
+// Pause asks the sandbox's node to pause it (spec.pause) and waits until
+// the node says it did, or why it could not; then the object no longer
+// asks for it.
+func (s *Sandboxes) Pause(ctx context.Context, id string, keepMemory bool) error {
+	o, err := s.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if o.Status.State == v1alpha1.SandboxPaused || o.Spec.Pause != "" {
+		return fmt.Errorf("%w: sandbox %q is already paused", sandbox.ErrConflict, id)
+	}
+	kind := v1alpha1.PauseFiles
+	if keepMemory {
+		kind = v1alpha1.PauseMemory
+	}
+	o, err = s.patchSpec(ctx, id, map[string]any{"pause": kind})
+	if err == nil {
+		err = s.nodeActed(ctx, o, v1alpha1.SandboxPaused, "pause")
+	}
+	if err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		if _, rerr := s.patchSpec(context.WithoutCancel(ctx), id, map[string]any{"pause": nil}); rerr != nil {
+			s.cfg.Log.Warn("clearing the pause of a sandbox that did not pause", "sandbox_id", id, "err", rerr)
+		}
+	}
+	return err
+}
+
+// nodeActed waits until the node has acted on o's generation (as patched)
+// and answers nil when the sandbox is then in state want; else the node's
+// refusal, in the class it gave.
+func (s *Sandboxes) nodeActed(ctx context.Context, o *v1alpha1.Sandbox, want v1alpha1.SandboxState, what string) error {
+	got, err := s.cfg.Cache.Await(ctx, o.Name, s.cfg.StartTimeout, func(c *v1alpha1.Sandbox) bool {
+		return c.Status.ObservedGeneration >= o.Generation || c.Status.State.Ended()
+	})
+	switch {
+	case errors.Is(err, control.ErrDeleted):
+		return sandbox.ErrNotFound
+	case err != nil:
+		return fmt.Errorf("waiting for node %s to %s sandbox %s: %w", o.Spec.Node, what, o.Name, err)
+	case got.Status.State == want:
+		return nil
+	case got.Status.State.Ended():
+		return &sandbox.EndedError{ID: o.Name, At: got.StatusTime(), Reason: cmp.Or(got.Status.Reason, string(got.Status.State))}
+	}
+	if refused := clusternode.ClassError(got.Status.ErrorClass, got.Status.Reason); refused != nil {
+		return refused
+	}
+	return fmt.Errorf("node %s could not %s sandbox %s: %s", o.Spec.Node, what, o.Name, got.Status.Reason)
 }
 
 // List lists from the cache, as the store lists on a single host: the

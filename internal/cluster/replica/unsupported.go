@@ -22,9 +22,6 @@ func unsupported(what string) error {
 	return fmt.Errorf("%s: %w in cluster mode yet", what, api.ErrNotImplemented)
 }
 
-// Pause implements api.Sandboxes: not yet.
-func (*Sandboxes) Pause(context.Context, string, bool) error { return unsupported("pause") }
-
 // Fork implements api.Sandboxes: not yet.
 func (*Sandboxes) Fork(context.Context, string, time.Duration, int) ([]sandbox.ForkResult, string, error) {
 	return nil, "", unsupported("fork")

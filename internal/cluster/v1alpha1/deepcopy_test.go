@@ -19,8 +19,8 @@ func full() []runtime.Object {
 		TypeMeta:   metav1.TypeMeta{Kind: "Sandbox", APIVersion: GroupVersion.String()},
 		ObjectMeta: meta,
 		Spec: SandboxSpec{Template: "base", Timeout: metav1.Duration{Duration: time.Minute}, Metadata: map[string]string{"k": "v"}, Node: "n1", Secure: true,
-			EnvVars: map[string]string{"E": "v"}, AllowInternetAccess: new(true), Network: []byte(`{"allowPublicTraffic":false}`)},
-		Status: SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", ErrorClass: ErrorInvalid, StartedAt: &started, EnvdAccessToken: "e", TrafficAccessToken: "t", TemplateID: "base-1a2b", Alias: "base", CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024},
+			EnvVars: map[string]string{"E": "v"}, AllowInternetAccess: new(true), Network: []byte(`{"allowPublicTraffic":false}`), Pause: PauseMemory},
+		Status: SandboxStatus{State: SandboxRunning, Node: "n1", Reason: "r", ErrorClass: ErrorInvalid, StartedAt: &started, EnvdAccessToken: "e", TrafficAccessToken: "t", TemplateID: "base-1a2b", Alias: "base", CPUCount: 2, MemoryMB: 512, DiskSizeMB: 1024, ObservedGeneration: 3},
 	}
 	node := SandboxNode{
 		TypeMeta:   metav1.TypeMeta{Kind: "SandboxNode", APIVersion: GroupVersion.String()},

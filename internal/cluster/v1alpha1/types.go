@@ -45,7 +45,20 @@ type SandboxSpec struct {
 	// denyOut, allowPublicTraffic, maskRequestHost, rules, bandwidth):
 	// the node applies it as a single host does.
 	Network json.RawMessage `json:"network,omitempty"`
+	// Pause asks the node to pause the sandbox, keeping its memory or its
+	// files only; cleared, to resume it (an API replica's pause and
+	// connect).
+	Pause SandboxPause `json:"pause,omitempty"`
 }
+
+// SandboxPause is how a sandbox is to be paused.
+type SandboxPause string
+
+// The pauses, as E2B's pause keeps memory or not.
+const (
+	PauseMemory SandboxPause = "Memory"
+	PauseFiles  SandboxPause = "Files"
+)
 
 // SandboxState is where a sandbox is in its life.
 type SandboxState string
@@ -125,6 +138,10 @@ type SandboxStatus struct {
 	CPUCount   int `json:"cpuCount,omitempty"`
 	MemoryMB   int `json:"memoryMB,omitempty"`
 	DiskSizeMB int `json:"diskSizeMB,omitempty"`
+	// ObservedGeneration is the object's generation whose spec.pause the
+	// node last acted on: with Reason and ErrorClass set and State
+	// unchanged, it could not.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 }
 
 // SandboxList is a page of Sandboxes.
