@@ -51,6 +51,12 @@ type serial struct {
 	call, ready, kill Latency // createTimes, and the kill that followed
 }
 
+// callNote says what the create call alone took; the rest of create→ready
+// is the first command.
+func (s *serial) callNote() string {
+	return fmt.Sprintf("the create call alone: p50 %s ms, p99 %s ms", num(ms(s.call.Quantile(0.5))), num(ms(s.call.Quantile(0.99))))
+}
+
 // serialCreates creates, readies and kills n sandboxes one at a time,
 // pausing gap after each kill.
 func serialCreates(ctx context.Context, c *client.Client, tmpl string, n int, gap time.Duration) (*serial, error) {
@@ -340,6 +346,7 @@ func measurePooled(ctx context.Context, opts *Options, srv *server, c *client.Cl
 	}
 	fc := latencyFigure(createName, &s.ready)
 	fc.Baseline, fc.target = figFloor, poolCreateTarget()
+	fc.Note = s.callNote()
 	fk := latencyFigure("kill", &s.kill)
 	fk.Baseline, fk.target = figFloor, p50Times(2, figFloor, "floor")
 	burst, err := measureBurst(ctx, opts, srv, c, createName)
@@ -437,6 +444,7 @@ func measureCold(ctx context.Context, opts *Options, c *client.Client, own bool)
 		}
 		f := latencyFigure(figColdCreate, &s.ready)
 		f.Baseline, f.target = figBwrap, p50Times(2, figBwrap, "bwrap start")
+		f.Note = s.callNote()
 		figs = append(figs, f)
 	}
 	opts.progress("density: idle sandboxes until MemAvailable drops by %d MiB (at most %d)", opts.MemoryBudget>>20, opts.MaxIdle)

@@ -171,8 +171,7 @@ func vmSerial(ctx context.Context, opts *Options, s *server, c *client.Client, n
 		return nil, nil, err
 	}
 	f := latencyFigure(name, &sr.ready)
-	f.Note = fmt.Sprintf("the create call alone: p50 %s ms, p99 %s ms; the server's steps, p50: %s", num(ms(sr.call.Quantile(0.5))),
-		num(ms(sr.call.Quantile(0.99))), log.with(logCreateSteps, nil).p50s("before_init", "init", "record"))
+	f.Note = sr.callNote() + "; the server's steps, p50: " + log.with(logCreateSteps, nil).p50s("before_init", "init", "record")
 	return f, sr, nil
 }
 
