@@ -189,7 +189,7 @@ func baselines(ctx context.Context, opts *Options) ([]*Figure, error) {
 	for _, tool := range []struct {
 		name, bin string
 		args      []string
-	}{{"bwrap start (true)", "bwrap", bwrapArgs}, {"runsc start (true)", "runsc", runscArgs}} {
+	}{{figBwrap, "bwrap", bwrapArgs}, {"runsc start (true)", "runsc", runscArgs}} {
 		path, why := lookTool(tool.bin)
 		if why != "" {
 			figs = append(figs, skipped(tool.name, why))

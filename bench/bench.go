@@ -133,6 +133,7 @@ const (
 	figFloor       = "floor: fork+namespaces+exec true"
 	figFloorRate10 = "floor: processes/s, c=10"
 	figFloorRate50 = "floor: processes/s, c=50"
+	figBwrap       = "bwrap start (true)"
 	figHostBash    = "host: bash -l -c true"
 	figSandboxBash = "in sandbox: bash -l -c true"
 	figLoopback    = "loopback HTTP, 100 MiB"

@@ -75,7 +75,7 @@ func measureDiskNeighbour(ctx context.Context, opts *Options, c *client.Client) 
 	fa := latencyFigure(figFsyncAlone, alone)
 	fl := latencyFigure("small fsync write beside a disk hog", loaded)
 	fl.Baseline = figFsyncAlone
-	fl.target = &target{"p99 ≤ 3× alone", func(f *Figure) bool { return f.P99 <= 3*fa.P99 }}
+	fl.target = p99Times(3, figFsyncAlone, "alone")
 	fl.Note = fmt.Sprintf("p99 %.2f× the p99 alone; the hog runs dd oflag=direct in a sandbox of its own, at the default --disk-io", fl.P99/fa.P99)
 	return []*Figure{fa, fl}, nil
 }

@@ -19,7 +19,11 @@
 // /bin/true), bwrap and runsc where installed, the host running the same
 // command, and a loopback HTTP transfer. Every figure is measured; the
 // report shows each with its ratio to its baseline and the target from the
-// performance issue, as a table, JSON, or HTML with latency histograms.
+// performance issues, as a table, JSON, or HTML with latency histograms.
+// Issue 21's targets are bounds computed from the baselines of the same
+// run (create→ready from the pool within the in-sandbox login shell and
+// twice the floor, for instance); a target whose baseline was not measured
+// is reported as not judged.
 //
 // A benchmark is not a test: Run fails only when it cannot measure, never
 // because a figure misses its target.

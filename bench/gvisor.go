@@ -67,7 +67,7 @@ func measureGvisorCold(ctx context.Context, opts *Options, s *server, c *client.
 	}
 	fc := latencyFigure(figGvisorCold, &sr.ready)
 	fc.Baseline = figColdCreate
-	fc.Note = fmt.Sprintf("the create call alone: p50 %s ms", num(ms(sr.call.Quantile(0.5))))
+	fc.Note = sr.callNote()
 	log, err := s.logSince(0)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ func measureLifecycle(ctx context.Context, opts *Options, c *client.Client, crea
 		f.Baseline = createName
 		f.Note = "POST /sandboxes/{id}/fork until every fork is ready; the response's mode says whether forks keep processes"
 		if n == 10 {
-			f.target = p50At(250)
+			f.target = p50AtMost(250)
 		}
 		figs = append(figs, f)
 	}

@@ -58,7 +58,7 @@ func measureNeighbours(ctx context.Context, opts *Options, c *client.Client) ([]
 		f := latencyFigure("commands.run('true') beside a fork bomb, memory bomb, CPU hog ("+how+")", loaded)
 		f.Baseline = figQuietAlone
 		if streamed {
-			f.target = &target{"p99 ≤ 3× alone", func(f *Figure) bool { return f.P99 <= 3*fa.P99 }}
+			f.target = p99Times(3, figQuietAlone, "alone")
 		}
 		f.Note = fmt.Sprintf("p99 %.2f× the p99 alone; each bomb runs in a sandbox of its own, with the default limits", f.P99/fa.P99)
 		figs = append(figs, f)

@@ -43,8 +43,11 @@ type Figure struct {
 	// figure's P50 (or Value) over the baseline's.
 	Baseline string  `json:"baseline,omitempty"`
 	Ratio    float64 `json:"ratio,omitempty"`
-	Target   string  `json:"target,omitempty"`
-	Met      *bool   `json:"met,omitempty"`
+	// Target is the goal with the bound it came to in this run; Met is
+	// nil when it was not judged, and NotJudged then says why.
+	Target    string `json:"target,omitempty"`
+	Met       *bool  `json:"met,omitempty"`
+	NotJudged string `json:"notJudged,omitempty"`
 	// Skipped says why the figure was not measured.
 	Skipped   string `json:"skipped,omitempty"`
 	Note      string `json:"note,omitempty"`
@@ -52,28 +55,6 @@ type Figure struct {
 
 	lat    *Latency
 	target *target
-}
-
-// target is a goal from the performance issue.
-type target struct {
-	text string
-	met  func(*Figure) bool
-}
-
-func p50p99(p50, p99 float64) *target {
-	return &target{fmt.Sprintf("p50 ≤ %g ms, p99 ≤ %g ms", p50, p99), func(f *Figure) bool { return f.P50 <= p50 && f.P99 <= p99 }}
-}
-
-func p50At(p50 float64) *target {
-	return &target{fmt.Sprintf("p50 ≤ %g ms", p50), func(f *Figure) bool { return f.P50 <= p50 }}
-}
-
-func atLeast(v float64, unit string) *target {
-	return &target{fmt.Sprintf("≥ %g %s", v, unit), func(f *Figure) bool { return f.Value >= v }}
-}
-
-func atMost(v float64, unit string) *target {
-	return &target{fmt.Sprintf("≤ %g %s", v, unit), func(f *Figure) bool { return f.Value <= v }}
 }
 
 // latencyFigure summarises samples in milliseconds.
@@ -105,9 +86,8 @@ func (r *Report) finish() {
 			f.Ratio = f.primary() / b.primary()
 		}
 		if f.target != nil {
-			f.Target = f.target.text
-			met := f.target.met(f)
-			f.Met = &met
+			j := f.target.judge(f, byName)
+			f.Target, f.Met, f.NotJudged = j.text, j.met, j.why
 		}
 		if f.lat != nil {
 			f.Histogram = f.lat.histogram(10)
@@ -140,8 +120,11 @@ func (r *Report) WriteTable(w io.Writer) error {
 		if f.Ratio > 0 {
 			ratio = fmt.Sprintf("%s× %s", num(f.Ratio), f.Baseline)
 		}
-		if f.Met != nil {
+		switch {
+		case f.Met != nil:
 			met = map[bool]string{true: "yes", false: "NO"}[*f.Met]
+		case f.NotJudged != "":
+			met = "not judged"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.N, p50, p99, value, ratio, f.Target, met)
 	}
@@ -151,6 +134,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, f := range r.Figures {
 		if f.Note != "" {
 			fmt.Fprintf(w, "  note: %s: %s\n", f.Name, f.Note)
+		}
+		if f.NotJudged != "" {
+			fmt.Fprintf(w, "  not judged: %s: %s\n", f.Name, f.NotJudged)
 		}
 	}
 	return nil

@@ -99,7 +99,7 @@ func measureVMSnapshot(ctx context.Context, opts *Options, s *server, c *client.
 	if err != nil {
 		return nil, 0, err
 	}
-	fs.Baseline, fs.target = figColdCreate, p50At(500)
+	fs.Baseline, fs.target = figColdCreate, p50AtMost(500)
 	log, err := s.logSince(off)
 	if err != nil {
 		return nil, 0, err
@@ -133,7 +133,7 @@ func measureVMSnapshot(ctx context.Context, opts *Options, s *server, c *client.
 	if err != nil {
 		return nil, 0, fmt.Errorf("vm density: %w", err)
 	}
-	fm := &Figure{Name: figVMMemory, Unit: "MB", Value: per, N: count, Baseline: figIdleMemory, target: atMost(100, "MB"),
+	fm := &Figure{Name: figVMMemory, Unit: "MB", Value: per, N: count, Baseline: figIdleMemory, target: valueAtMost(100, "MB"),
 		Note: fmt.Sprintf("host MemAvailable drop per VM over %d idle VMs of %d vCPUs and %d MiB restored from the snapshot (at most %d, or until %d MiB is used): the guest memory it touched and QEMU's own",
 			count, info.CPUCount, info.MemoryMB, opts.VMMaxIdle, opts.MemoryBudget>>20)}
 	return append(append([]*Figure{fs}, cmds...), fm), sr.call.Quantile(0.5), nil
@@ -147,7 +147,7 @@ func measureVMPool(ctx context.Context, opts *Options, s *server, c *client.Clie
 	if err != nil {
 		return nil, err
 	}
-	f.Baseline, f.target = figPoolCreate, p50At(20)
+	f.Baseline, f.target = figPoolCreate, p50AtMost(20)
 	log, err := s.logSince(off)
 	if err != nil {
 		return nil, err
@@ -171,8 +171,7 @@ func vmSerial(ctx context.Context, opts *Options, s *server, c *client.Client, n
 		return nil, nil, err
 	}
 	f := latencyFigure(name, &sr.ready)
-	f.Note = fmt.Sprintf("the create call alone: p50 %s ms, p99 %s ms; the server's steps, p50: %s", num(ms(sr.call.Quantile(0.5))),
-		num(ms(sr.call.Quantile(0.99))), log.with(logCreateSteps, nil).p50s("before_init", "init", "record"))
+	f.Note = sr.callNote() + "; the server's steps, p50: " + log.with(logCreateSteps, nil).p50s("before_init", "init", "record")
 	return f, sr, nil
 }
 

@@ -111,8 +111,10 @@ $test || exit 0
 # CI=true a test that lacks them fails (internal/testenv). Chromium is the
 # browser playwright-core launches to load the live view page (it downloads
 # none of its own). etcd is the cluster tests' store (make test-cluster).
+# bubblewrap's start is the bench's baseline for a create without the pool
+# (make bench-smoke; without it that target is printed as not judged).
 test_pkgs=()
-for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil openjdk-17-jre-headless chromium etcd-server; do
+for p in python3-ipykernel python3-matplotlib python3-pandas python3-pil openjdk-17-jre-headless chromium etcd-server bubblewrap; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || test_pkgs+=("$p")
 done
 if [ ${#test_pkgs[@]} -gt 0 ]; then

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -776,5 +777,37 @@ func TestOpenDirNeedsV2(t *testing.T) {
 	c := newGroup(t, lay, Limits{})
 	if _, err := c.OpenDir(); !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("OpenDir on %v: %v, want ErrUnsupported", lay.mode, err)
+	}
+}
+
+// TestTreeProcs reads cgroup.procs of a group and of the groups below it,
+// past the control files beside them.
+func TestTreeProcs(t *testing.T) {
+	dir := t.TempDir()
+	for path, content := range map[string]string{
+		"cgroup.procs":                  "12\n7\n",
+		"memory.limit_in_bytes":         "9223372036854771712\n",
+		"child/cgroup.procs":            "40\n",
+		"child/grandchild/cgroup.procs": "",
+		"other/cgroup.procs":            "3\n",
+	} {
+		p := filepath.Join(dir, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pids, err := treeProcs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(pids)
+	if want := []int{3, 7, 12, 40}; !slices.Equal(pids, want) {
+		t.Errorf("treeProcs = %v, want %v", pids, want)
+	}
+	if _, err := treeProcs(filepath.Join(dir, "gone")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("treeProcs of a missing group = %v, want fs.ErrNotExist", err)
 	}
 }

@@ -30,7 +30,9 @@ the click of the same run. Baselines
 are measured in the same run: the bare isolation floor (fork, the jail's
 namespaces, exec of /bin/true), bwrap and runsc where installed, the host
 running bash -l -c true, and a loopback HTTP transfer; each figure is shown
-as a ratio to its baseline, with the target it is held to.
+as a ratio to its baseline, with the target it is held to; a target
+computed from a baseline that was not measured (bwrap not installed, a
+group left out by --only) is printed as not judged.
 
 By default it starts its own server from this binary, twice (with
 --warm-pool, then with none), on a free loopback port with its own data

@@ -112,7 +112,7 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, req.EnvVars, false, log, now)
+	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, req.EnvVars, false, nil, log, now)
 }
 
 // CheckRequest refuses what is wrong with req on any server, in the words
@@ -331,9 +331,9 @@ func (m *Manager) launch(ctx context.Context, rec store.Sandbox, tmpl *template.
 // here); restored says that the sandbox goes on from a memory snapshot,
 // whose template service runs already. t0 is when the create call began,
 // for the log.
-func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, restored bool, log *slog.Logger, t0 time.Time) (store.Sandbox, error) {
+func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, restored bool, caEnv map[string]string, log *slog.Logger, t0 time.Time) (store.Sandbox, error) {
 	tInit := m.cfg.Now()
-	if step, err := m.initialise(ctx, rec, inst, token, tmpl, envVars, !restored); err != nil {
+	if step, err := m.initialise(ctx, rec, inst, token, tmpl, envVars, !restored, caEnv); err != nil {
 		return store.Sandbox{}, m.abort(ctx, rec, inst, log, step, err)
 	}
 	tRecord := m.cfg.Now()
@@ -358,27 +358,25 @@ func (m *Manager) finish(ctx context.Context, rec store.Sandbox, inst isolation.
 // starts the template's service and its recording: whenever the sandbox
 // boots rather than goes on from memory, whose processes run on. Before, a sandbox behind an egress
 // gateway gets its proxy's CA into its trust stores (installEgressCA), and
-// the env vars that point runtimes with roots of their own at it. On
-// error it returns the step that failed.
-func (m *Manager) initialise(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, service bool) (string, error) {
+// the env vars that point runtimes with roots of their own at it; caEnv
+// non-nil says it has them already (a warm pool member's, installed at
+// its boot) and holds those env vars. On error it returns the step that
+// failed.
+func (m *Manager) initialise(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string, tmpl *template.Template, envVars map[string]string, service bool, caEnv map[string]string) (string, error) {
 	env := maps.Clone(tmpl.Env)
 	if env == nil {
 		env = map[string]string{}
 	}
 	maps.Copy(env, envVars)
-	if m.cfg.Network != nil && inst.Link().Gateway.IsValid() {
-		ca, err := m.cfg.Network.EgressCA(rec.ID)
-		if err != nil {
-			return "finding the egress CA", err
-		}
-		caEnv, err := installEgressCA(ctx, inst, token, ca)
-		if err != nil {
+	if caEnv == nil {
+		var err error
+		if caEnv, err = m.trustEgressCA(ctx, rec, inst, token); err != nil {
 			return "installing the egress CA", err
 		}
-		for k, v := range caEnv {
-			if _, set := env[k]; !set { // the template's or the request's wins
-				env[k] = v
-			}
+	}
+	for k, v := range caEnv {
+		if _, set := env[k]; !set { // the template's or the request's wins
+			env[k] = v
 		}
 	}
 	body := initBody{
@@ -403,6 +401,20 @@ func (m *Manager) initialise(ctx context.Context, rec store.Sandbox, inst isolat
 		}
 	}
 	return "", nil
+}
+
+// trustEgressCA installs the CA of rec's egress proxy in inst
+// (installEgressCA) and returns the env vars that point runtimes at it;
+// nil when the sandbox has no gateway.
+func (m *Manager) trustEgressCA(ctx context.Context, rec store.Sandbox, inst isolation.Instance, token string) (map[string]string, error) {
+	if m.cfg.Network == nil || !inst.Link().Gateway.IsValid() {
+		return nil, nil
+	}
+	ca, err := m.cfg.Network.EgressCA(rec.ID)
+	if err != nil {
+		return nil, fmt.Errorf("finding the egress CA: %w", err)
+	}
+	return installEgressCA(ctx, inst, token, ca)
 }
 
 // initBody is envd's POST /init request (internal/envd/init.go).

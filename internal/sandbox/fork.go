@@ -185,7 +185,7 @@ func (m *Manager) startFromSnapshot(ctx context.Context, rec store.Sandbox, tmpl
 	if err != nil {
 		return store.Sandbox{}, err
 	}
-	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, envVars, kind == isolation.MemorySnapshot, log, t0)
+	return m.finish(ctx, rec, inst, rec.EnvdAccessToken, tmpl, envVars, kind == isolation.MemorySnapshot, nil, log, t0)
 }
 
 // kindOf reads a snapshot record's kind.

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/egress"
+	"github.com/agent-sandbox/agent-sandbox/internal/isolation"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 )
 
@@ -369,5 +370,41 @@ func TestTemplateBandwidth(t *testing.T) {
 		if a, _ := net.get(sb.ID); a.bw != tc.want {
 			t.Errorf("template %s, network %s: bandwidth %+v, want %+v", tc.template, tc.network, a.bw, tc.want)
 		}
+	}
+}
+
+// TestEgressCAInstalledAtPoolFill: a warm pool member behind a gateway gets
+// its egress CA when it boots, so the create that takes it touches no file
+// in it, and its /init still carries the env vars that point at the CA.
+func TestEgressCAInstalledAtPoolFill(t *testing.T) {
+	fake := isolation.NewFake()
+	fake.GiveLinks()
+	e := newEnvOn(t, fake, func(c *Config) {
+		c.Network = newFakeNetwork()
+		c.MaxBandwidth = network.Bandwidth{Down: 100e6, Up: 100e6}
+		c.WarmPools = map[string]PoolSize{"base": {Min: 1, Max: 1}}
+		c.MaxSandboxes = 1 // no refill after the take: its files would mix with the take's
+	})
+	e.waitReady(t, 1)
+	e.envd.mu.Lock()
+	member := fake.Running()[0]
+	if got := string(e.envd.files[egressCAFile]); got != fakeCA(member) {
+		t.Errorf("%s of the member = %q, want its CA", egressCAFile, got)
+	}
+	filled := len(e.envd.fileOps)
+	e.envd.mu.Unlock()
+
+	sb := e.create(t, CreateRequest{Timeout: time.Minute})
+	e.envd.mu.Lock()
+	defer e.envd.mu.Unlock()
+	if sb.ID != member {
+		t.Fatalf("created %s, want the pool member %s", sb.ID, member)
+	}
+	if ops := e.envd.fileOps[filled:]; len(ops) != 0 {
+		t.Errorf("the take touched files: %v", ops)
+	}
+	env := e.envd.inits[len(e.envd.inits)-1].EnvVars
+	if env["NODE_EXTRA_CA_CERTS"] != egressCAFile {
+		t.Errorf("/init env of the taken member: %v", env)
 	}
 }

@@ -353,7 +353,7 @@ func (m *Manager) restart(ctx context.Context, s *sandbox, endAt time.Time, by s
 		return fail(step, err)
 	}
 	booted := kind == isolation.FilesSnapshot
-	if step, err := m.initialise(ctx, rec, inst, rec.EnvdAccessToken, tmpl, rec.EnvVars, booted); err != nil {
+	if step, err := m.initialise(ctx, rec, inst, rec.EnvdAccessToken, tmpl, rec.EnvVars, booted, nil); err != nil {
 		m.undo(context.WithoutCancel(ctx), rec, inst, s.log)
 		return fail(step, err)
 	}

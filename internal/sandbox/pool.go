@@ -133,6 +133,10 @@ type pool struct {
 type warm struct {
 	rec  store.Sandbox // as recorded at boot: state starting
 	inst isolation.Instance
+	// caEnv are the env vars of the egress CA installed at boot
+	// (trustEgressCA), nil without a gateway: the CA is the member's
+	// gateway's, which a take keeps, so the create does not install it.
+	caEnv map[string]string
 }
 
 func (w *warm) dead() bool {
@@ -279,7 +283,7 @@ func (m *Manager) handOut(ctx context.Context, w *warm, rec store.Sandbox, req C
 			return store.Sandbox{}, m.abort(ctx, rec, w.inst, log, "applying the egress rules", err)
 		}
 	}
-	return m.finish(ctx, rec, w.inst, w.rec.EnvdAccessToken, tmpl, req.EnvVars, false, log, t0)
+	return m.finish(ctx, rec, w.inst, w.rec.EnvdAccessToken, tmpl, req.EnvVars, false, w.caEnv, log, t0)
 }
 
 // poolLoop keeps every pool at its target.
@@ -401,8 +405,17 @@ func (m *Manager) bootWarm(ctx context.Context, name string) (*warm, error) {
 	if err := warmUp(ctx, inst, rec.EnvdAccessToken, cmp.Or(tmpl.User, defaultUser)); err != nil {
 		return nil, m.abort(ctx, rec, inst, log, "warming up", err)
 	}
+	// The CA's trust stores are written now rather than by the create
+	// that takes the member: ~10 ms of that create, four requests to envd.
+	caEnv, err := m.trustEgressCA(ctx, rec, inst, rec.EnvdAccessToken)
+	if err != nil {
+		return nil, m.abort(ctx, rec, inst, log, "installing the egress CA", err)
+	}
+	if caEnv == nil {
+		caEnv = map[string]string{} // none to install: not installed at the take either
+	}
 	log.Debug("warm pool member ready", "template", tmpl.ID)
-	return &warm{rec: rec, inst: inst}, nil
+	return &warm{rec: rec, inst: inst, caEnv: caEnv}, nil
 }
 
 // discard stops member w and records why it ended unused; release gives

@@ -16,7 +16,8 @@ const BaseName = "base"
 // (minbase) with Python 3 (also as "python"), Node.js and npm, git, curl,
 // sudo and the usual process and network tools, and the E2B identity: user
 // "user" (uid/gid 1000, bash, passwordless sudo, password deleted) owning
-// /home/user, world-writable /usr/local and /code, hostname e2b.local.
+// /home/user, world-writable /usr/local and /code, hostname e2b.local;
+// and a lean /etc/profile (LeanProfile).
 func Base() Spec {
 	return Spec{
 		Name:    BaseName,
@@ -27,7 +28,7 @@ func Base() Spec {
 			"ncurses-bin", "nodejs", "npm", "procps", "python-is-python3",
 			"python3", "sudo",
 		},
-		Steps:   DefaultUserSteps(),
+		Steps:   append(DefaultUserSteps(), Step{File: &FileStep{Path: "/etc/profile", Content: LeanProfile, Mode: 0o644}}),
 		User:    DefaultUser,
 		Workdir: DefaultWorkdir,
 		Env:     map[string]string{"LANG": "C.UTF-8"},
@@ -62,3 +63,44 @@ func DefaultUserSteps() []Step {
 		}},
 	}
 }
+
+// LeanProfile replaces Debian's /etc/profile in the base template: the
+// same PATH and prompt for sh and bash, without forking id(1) in bash.
+// Every commands.run is a login shell (bash -l -c), and Debian's
+// "$(id -u)" made each one fork and exec id before the command ran. bash
+// knows its effective uid ($EUID); other shells still ask id. bash takes
+// an EUID exported into its environment as its own (as a dash script
+// would), which picks the PATH below and nothing else.
+const LeanProfile = `# /etc/profile: the system-wide profile of login shells (sh, bash, ...).
+# Debian's, except that bash takes the user id from $EUID instead of
+# forking id(1): commands in agent-sandbox run as login shells.
+
+if [ "${EUID:-$(id -u)}" -eq 0 ]; then
+  PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+else
+  PATH="/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"
+fi
+export PATH
+
+if [ "${PS1-}" ]; then
+  if [ "${BASH-}" ] && [ "$BASH" != "/bin/sh" ]; then
+    # /etc/bash.bashrc sets bash's prompt.
+    if [ -f /etc/bash.bashrc ]; then
+      . /etc/bash.bashrc
+    fi
+  elif [ "${EUID:-$(id -u)}" -eq 0 ]; then
+    PS1='# '
+  else
+    PS1='$ '
+  fi
+fi
+
+if [ -d /etc/profile.d ]; then
+  for i in /etc/profile.d/*.sh; do
+    if [ -r "$i" ]; then
+      . "$i"
+    fi
+  done
+  unset i
+fi
+`

@@ -72,6 +72,7 @@ func TestBuildBase(t *testing.T) {
 		{"/usr/bin/ps", "-o", "comm=", "-p", "1"},
 		{"/usr/bin/ip", "-V"},
 		{"/bin/bash", "-c", "pwd; id -un; head -1 /.e2b; ln --version | head -1"},
+		{"/bin/bash", "-l", "-c", "echo $PATH"}, // the lean /etc/profile, as commands.run runs
 	} {
 		var out []string
 		code, err := steps.RunStep(ctx, template.StepSpec{
@@ -88,6 +89,9 @@ func TestBuildBase(t *testing.T) {
 		// (sudo may warn first that the step's host name does not resolve.)
 		if args[0] == "/usr/bin/sudo" && out[len(out)-1] != "0" {
 			t.Errorf("sudo -n id -u as user = %q, want 0", out)
+		}
+		if want := "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"; args[1] == "-l" && out[len(out)-1] != want {
+			t.Errorf("a login shell's PATH as user = %q, want Debian's %q", out, want)
 		}
 	}
 }
