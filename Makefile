@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: dashboard-vendor build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery test-cluster test-sdk-cluster kube-tools bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: dashboard-vendor build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery test-cluster kube-tools bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
@@ -120,20 +120,13 @@ kube-tools:
 ## serve --cluster kubernetes running the Sandboxes placed on it (its data dir
 ## seeded with the base template test-sdk built, as test-recovery's), and three
 ## real nodes on stand-in hosts (network and mount namespaces) with two API
-## replicas driven by the official E2B SDK of test/sdk (deps-test installs it),
-## a replica and a node killed on the way. About 3 min once kube-tools has built (its first build, on a fresh machine, is
-## some 8 to 10 minutes on 2 cores; then cached), plus any wait for the host
-## lock.
+## replicas driven by the official E2B SDK of test/sdk (deps-test installs it):
+## a replica and a node killed on the way, and test/sdk's core server files
+## (lifecycle, router, ports) through the replicas. About 4 min once
+## kube-tools has built (its first build, on a fresh machine, is some 8 to 10
+## minutes on 2 cores; then cached), plus any wait for the host lock.
 test-cluster: deps-test kube-tools
-	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v -skip TestSDKCoreFilesOnCluster ./test/cluster/
-
-## test-sdk-cluster: test/sdk's core server files (lifecycle, router, ports)
-## with the official SDK against three node agents on stand-in hosts and two
-## API replicas (TestSDKCoreFilesOnCluster, about 1 min). Not in make test
-## while the replicas lack what some of those files call: 22 to 23 of 26
-## pass (docs/KUBERNETES.md, "Not built yet").
-test-sdk-cluster: deps-test kube-tools
-	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v -run TestSDKCoreFilesOnCluster ./test/cluster/
+	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v ./test/cluster/
 
 ## bench-smoke: `agent-sandbox bench --quick`, so the benchmark cannot rot. It
 ## fails when the bench cannot measure, never on a figure. Its data dir is its

@@ -242,9 +242,7 @@ var coreFiles = []string{"lifecycle", "router", "ports"}
 // TestSDKCoreFilesOnCluster runs test/sdk's core server files with the
 // official SDK against an sdkCluster, through the front to both replicas,
 // header routing, as run.mjs runs them against a single host (three files
-// at a time, sandboxes tagged with the run's metadata). Not part of make
-// test-cluster while the replicas lack what some of them call: make
-// test-sdk-cluster (docs/KUBERNETES.md says what fails).
+// at a time, sandboxes tagged with the run's metadata).
 func TestSDKCoreFilesOnCluster(t *testing.T) {
 	c := startSDKCluster(t)
 	args := []string{"--import=./dns-preload.mjs", "--test", "--test-concurrency=3"}
