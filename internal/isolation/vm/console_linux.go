@@ -39,11 +39,12 @@ func (inst *Instance) connectConsole(ctx context.Context, path string) error {
 	return nil
 }
 
-// requestTimeout bounds the guest's answer to a request; syncTimeout to
-// OpSync, which writes back up to the guest's memory through an emulated
-// disk.
+// requestTimeout bounds the guest's answer to a request: an emulated
+// (TCG) guest restored beside three others on two loaded cores once took
+// over 10 s to answer its identity. syncTimeout bounds OpSync, which
+// writes back up to the guest's memory through an emulated disk.
 const (
-	requestTimeout = 10 * time.Second
+	requestTimeout = 30 * time.Second
 	syncTimeout    = time.Minute
 )
 
