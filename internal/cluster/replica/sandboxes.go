@@ -243,8 +243,10 @@ func (s *Sandboxes) Connect(ctx context.Context, id string, d time.Duration, _ b
 		if err := s.nodeActed(ctx, o, v1alpha1.SandboxRunning, "resume"); err != nil {
 			return store.Sandbox{}, false, err
 		}
-		o, err = s.get(ctx, id)
-		return view(o), err == nil, err
+		if o, err = s.get(ctx, id); err != nil {
+			return store.Sandbox{}, false, err
+		}
+		return view(o), true, nil
 	}
 	if o.Status.StartedAt == nil || endAt.After(view(o).EndAt) {
 		if o, err = s.endAt(ctx, o, endAt, nil); err != nil {
