@@ -95,13 +95,13 @@ func choose(o *v1alpha1.Sandbox, now time.Time, retention time.Duration) (chore,
 		}
 		return keep, ""
 	}
-	if o.Status.StartedAt == nil {
+	end, started := o.EndAt()
+	if !started {
 		if now.Sub(o.CreationTimestamp.Time) >= MaxStart+OverdueGrace {
 			return expire, fmt.Sprintf("not started by node %s within %s", o.Spec.Node, MaxStart)
 		}
 		return keep, ""
 	}
-	end := o.Status.StartedAt.Add(o.Spec.Timeout.Duration)
 	// A paused sandbox's timeout does not run: its node keeps it for its
 	// paused retention, as a single host does.
 	if o.Status.State != v1alpha1.SandboxPaused && now.Sub(end) >= OverdueGrace {

@@ -192,8 +192,8 @@ func (s *Sandboxes) get(ctx context.Context, id string) (*v1alpha1.Sandbox, erro
 // status): a single host stops answering for a sandbox at its end, and so
 // do the replicas.
 func overdue(o *v1alpha1.Sandbox, now time.Time) bool {
-	return o.Status.State == v1alpha1.SandboxRunning && o.Status.StartedAt != nil &&
-		now.After(o.Status.StartedAt.Add(o.Spec.Timeout.Duration))
+	end, started := o.EndAt()
+	return o.Status.State == v1alpha1.SandboxRunning && started && now.After(end)
 }
 
 // Kill deletes the object; the node kills the sandbox when it sees the

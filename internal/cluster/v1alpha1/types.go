@@ -80,6 +80,15 @@ func (s SandboxState) Ended() bool {
 	return s == SandboxKilled || s == SandboxLost || s == SandboxError
 }
 
+// EndAt is when s's timeout ends its sandbox: spec.timeout after
+// status.startedAt (whole seconds); false before it started.
+func (s *Sandbox) EndAt() (time.Time, bool) {
+	if s.Status.StartedAt == nil {
+		return time.Time{}, false
+	}
+	return s.Status.StartedAt.Add(s.Spec.Timeout.Duration), true
+}
+
 // StatusTime is when s's status was last written, which for an ended
 // sandbox is when it ended (the API server keeps the time per writer and
 // subresource, in seconds); its creation when none was.
