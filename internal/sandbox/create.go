@@ -44,7 +44,8 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	if err := m.checkTimeout(req.Timeout); err != nil {
 		return store.Sandbox{}, err
 	}
-	if err := CheckRequest(req); err != nil {
+	// The rest of CheckRequest is parseEgress's, below.
+	if err := checkShape(req); err != nil {
 		return store.Sandbox{}, err
 	}
 	sn, unpin, err := m.findSnapshot(ctx, req.Template)
@@ -124,14 +125,20 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 // cluster mode check a create with it before placing it, so that a
 // request no node could take costs no write.
 func CheckRequest(req CreateRequest) error {
-	if req.Network != nil && !json.Valid(req.Network) {
-		return invalid("network config is not valid JSON")
+	if err := checkShape(req); err != nil {
+		return err
 	}
 	if _, err := egress.ParseRules(req.Network, req.AllowInternetAccess); err != nil {
 		return invalid("%v", err)
 	}
-	if err := checkNetworkFields(req.Network); err != nil {
-		return err
+	return checkNetworkFields(req.Network)
+}
+
+// checkShape is CheckRequest but for the network config's rules and
+// fields, which Create reads once, with its own limits (parseEgress).
+func checkShape(req CreateRequest) error {
+	if req.Network != nil && !json.Valid(req.Network) {
+		return invalid("network config is not valid JSON")
 	}
 	if err := checkLifecycle(req); err != nil {
 		return err
