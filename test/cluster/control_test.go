@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -74,8 +75,9 @@ func startReplica(t *testing.T, c *kubetest.Cluster, identity string, led chan<-
 // replicas' control planes against the real API server. One node stops
 // renewing its Lease: its sandboxes are marked Lost with the reason
 // within the Lease's duration, the other node's stay Running. The leading
-// replica is stopped: the other takes the lead and marks the next
-// sandbox placed on the dead node.
+// replica is stopped: the other takes the lead, marks the next sandbox
+// placed on the dead node, and completes its deletion, which the node's
+// finalizer would hold.
 func TestLostAndLeader(t *testing.T) {
 	c := kubetest.Start(t)
 	applyBase(t, c)
@@ -142,10 +144,31 @@ func TestLostAndLeader(t *testing.T) {
 		t.Fatalf("%s leads again after it stopped", next)
 	}
 	checkHolder(t, c, next)
-	late := createSandbox(t, rc, "sbx-b-late", spec("node-b"))
+	late := createSandbox(t, rc, "sbx-b-late", spec("node-b"), v1alpha1.NodeFinalizer)
 	got, took = waitState(t, rc, late.Name, v1alpha1.SandboxLost, 10*time.Second)
 	t.Logf("Sandbox %s placed on the dead node-b: marked %s by %s in %s: %q", late.Name, got.Status.State, next, took.Round(time.Millisecond), got.Status.Reason)
 	checkRunning(t, rc, onA.Name)
+
+	// Deleted, it goes: the leader completes the deletion that the dead
+	// node's finalizer holds.
+	t0 = time.Now()
+	if err := rc.Delete().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(late.Name).Do(t.Context()).Error(); err != nil {
+		t.Fatalf("deleting Sandbox %s: %v", late.Name, err)
+	}
+	for {
+		err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(late.Name).Do(t.Context()).Error()
+		if apierrors.IsNotFound(err) {
+			t.Logf("Sandbox %s of the dead node-b, with the node's finalizer, deleted: gone %s later", late.Name, time.Since(t0).Round(time.Millisecond))
+			break
+		}
+		if err != nil {
+			t.Fatalf("reading Sandbox %s: %v", late.Name, err)
+		}
+		if time.Since(t0) > 10*time.Second {
+			t.Fatalf("Sandbox %s of the dead node-b still there 10 s after its deletion: the finalizer stays", late.Name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func awaitLeader(t *testing.T, led <-chan string, within time.Duration) string {

@@ -159,7 +159,7 @@ func TestCreateFieldsThroughReplicas(t *testing.T) {
 	if err := trafficClient(t, replica).KillSandbox(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	waitGoneOnNode(t, srv, id)
+	checkGoneOnNode(t, srv, id)
 }
 
 // postCreate sends POST /sandboxes with body to replica r and returns the

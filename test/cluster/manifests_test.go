@@ -122,6 +122,7 @@ func checkRBAC(t *testing.T, c *kubetest.Cluster) {
 		{"node", "create", g, "sandboxes", "", "", false},
 		{"node", "delete", g, "sandboxes", "", "sb-1", false},
 		{"node", "update", g, "sandboxes", "", "sb-1", false},
+		{"node", "patch", g, "sandboxes", "", "sb-1", true}, // its finalizer
 		{"node", "get", "", "secrets", "", "", false},
 		{"api", "create", g, "sandboxes", "", "", true},
 		{"api", "delete", g, "sandboxes", "", "sb-1", true},

@@ -208,12 +208,13 @@ func startAgent(t *testing.T, c *kubetest.Cluster, cfg node.Config) (stop func()
 	}
 }
 
-// createSandbox creates Sandbox name with spec, as an API replica does.
-func createSandbox(t *testing.T, rc *rest.RESTClient, name string, spec v1alpha1.SandboxSpec) *v1alpha1.Sandbox {
+// createSandbox creates Sandbox name with spec (and finalizers, which an
+// API replica gives every Sandbox: v1alpha1.NodeFinalizer).
+func createSandbox(t *testing.T, rc *rest.RESTClient, name string, spec v1alpha1.SandboxSpec, finalizers ...string) *v1alpha1.Sandbox {
 	t.Helper()
 	in := &v1alpha1.Sandbox{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sandbox"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Finalizers: finalizers},
 		Spec:       spec,
 	}
 	out := new(v1alpha1.Sandbox)

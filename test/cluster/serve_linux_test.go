@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -26,7 +27,8 @@ import (
 // the same), and reports a Sandbox of an unknown template Error with the
 // reason; a changed spec.timeout moves the local sandbox's end; one
 // killed through the node's API is marked Killed; a deleted object's
-// sandbox is killed.
+// sandbox is killed before the deletion completes (the node's finalizer,
+// which an API replica's objects carry).
 func TestServeNode(t *testing.T) {
 	testenv.RequireRoot(t)
 	c := kubetest.Start(t)
@@ -46,7 +48,8 @@ func TestServeNode(t *testing.T) {
 	tag := servertest.RandomHex(t, 6)
 
 	// Placed on the node: Running, and real.
-	obj := createSandbox(t, rc, "sbxrun", v1alpha1.SandboxSpec{Template: client.DefaultTemplate, Timeout: metav1.Duration{Duration: 5 * time.Minute}, Metadata: map[string]string{"clusterTest": tag}, Node: nodeName})
+	obj := createSandbox(t, rc, "sbxrun", v1alpha1.SandboxSpec{Template: client.DefaultTemplate, Timeout: metav1.Duration{Duration: 5 * time.Minute}, Metadata: map[string]string{"clusterTest": tag}, Node: nodeName},
+		v1alpha1.NodeFinalizer)
 	got, took := waitState(t, rc, obj.Name, v1alpha1.SandboxRunning, time.Minute)
 	t.Logf("Sandbox %s: create → Running in %s (status %+v)", obj.Name, took.Round(time.Millisecond), got.Status)
 	if got.Status.Node != nodeName || got.Status.StartedAt == nil {
@@ -115,26 +118,30 @@ func TestServeNode(t *testing.T) {
 	got, took = waitState(t, rc, short.Name, v1alpha1.SandboxKilled, 10*time.Second)
 	t.Logf("Sandbox %s: its sandbox killed through the node's API, marked %s in %s: %s", short.Name, got.Status.State, took.Round(time.Millisecond), got.Status.Reason)
 
-	// Deleted: the sandbox is killed.
+	// Deleted: the deletion completes once the sandbox is killed.
 	t0 := time.Now()
 	if err := rc.Delete().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(obj.Name).Do(t.Context()).Error(); err != nil {
 		t.Fatalf("deleting Sandbox %s: %v", obj.Name, err)
 	}
 	for {
-		_, err := srv.Client().GetSandbox(t.Context(), id)
-		var apiErr *client.APIError
-		if errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-			t.Logf("Sandbox %s deleted: sandbox %s gone %s later (%s)", obj.Name, id, time.Since(t0).Round(time.Millisecond), apiErr.Message)
+		err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(obj.Name).Do(t.Context()).Error()
+		if apierrors.IsNotFound(err) {
 			break
 		}
-		if err != nil && !errors.As(err, &apiErr) {
-			t.Fatalf("GET /sandboxes/%s: %v", id, err)
+		if err != nil {
+			t.Fatalf("reading Sandbox %s: %v", obj.Name, err)
 		}
 		if time.Since(t0) > 30*time.Second {
-			t.Fatalf("sandbox %s still runs 30 s after its Sandbox was deleted", id)
+			t.Fatalf("Sandbox %s still there 30 s after its deletion", obj.Name)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
+	_, err = srv.Client().GetSandbox(t.Context(), id)
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound {
+		t.Fatalf("Sandbox %s deleted (%s after the request), yet GET /sandboxes/%s on its node: %v, want 404", obj.Name, time.Since(t0).Round(time.Millisecond), id, err)
+	}
+	t.Logf("Sandbox %s deleted %s after the request, its sandbox %s gone by then (%s)", obj.Name, time.Since(t0).Round(time.Millisecond), id, apiErr.Message)
 	srv.Stop()
 }
 

@@ -89,6 +89,9 @@ const (
 
 // choose is the chore o is due at now, and for expire the reason.
 func choose(o *v1alpha1.Sandbox, now time.Time, retention time.Duration) (chore, string) {
+	if o.Deleting() {
+		return keep, "" // its node, or the lost marker, completes the deletion
+	}
 	if o.Status.State.Ended() {
 		if now.Sub(o.StatusTime()) >= retention {
 			return collect, ""

@@ -11,7 +11,7 @@ import (
 )
 
 // TestChoose: an ended object goes a retention after its status was last
-// written; a live one past its end by the grace, or never started within
+// written (once); a live one past its end by the grace, or never started within
 // a create's longest wait, is marked Killed; anything else stays.
 func TestChoose(t *testing.T) {
 	now := time.Date(2026, 12, 6, 2, 0, 0, 0, time.UTC)
@@ -36,6 +36,8 @@ func TestChoose(t *testing.T) {
 		return o
 	}
 	const none = -1
+	deleting := obj(v1alpha1.SandboxKilled, 3*time.Hour, 3*time.Hour, retention, time.Minute)
+	deleting.DeletionTimestamp = new(metav1.NewTime(now.Add(-time.Minute)))
 	for _, tc := range []struct {
 		name   string
 		o      *v1alpha1.Sandbox
@@ -50,6 +52,7 @@ func TestChoose(t *testing.T) {
 		{"running past its end and the grace", obj(v1alpha1.SandboxRunning, 10*time.Minute, 10*time.Minute, 10*time.Minute, 9*time.Minute), expire, "timed out at 2026-12-06T01:59:00Z; node n1 did not report it"},
 		{"paused past its end: its node's paused retention applies", obj(v1alpha1.SandboxPaused, 10*time.Minute, 10*time.Minute, 10*time.Minute, time.Minute), keep, ""},
 		{"pending within a create's wait", obj("", MaxStart, none, none, time.Second), keep, ""},
+		{"killed a retention ago, being deleted: its finalizer's holder completes it", deleting, keep, ""},
 		{"pending past a create's wait", obj(v1alpha1.SandboxPending, MaxStart+OverdueGrace, none, none, time.Hour), expire, "not started by node n1 within 10m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -62,15 +62,26 @@ func (m *LostMarker) Run(ctx context.Context) {
 	}
 }
 
-// pass marks what is lost at now. A node without a Lease is left alone:
+// pass marks what is lost at now, and lets the deletions of a lost
+// node's Sandboxes complete: it removes the finalizer by which that node
+// would have confirmed the kill. A node without a Lease is left alone:
 // the cache may have a new node's first Sandbox before its Lease.
 func (m *LostMarker) pass(ctx context.Context, now time.Time) {
 	for _, sb := range m.cache.Sandboxes() {
-		if sb.Status.State.Ended() || ctx.Err() != nil {
-			continue
+		if ctx.Err() != nil {
+			return
 		}
 		lease, ok := m.cache.Lease(sb.Spec.Node)
 		if !ok || !node.Expired(lease, now) {
+			continue
+		}
+		if sb.Deleting() {
+			if err := v1alpha1.RemoveNodeFinalizer(ctx, m.client, sb); err != nil {
+				m.log.Warn("completing the deletion of a lost node's sandbox", "sandbox", sb.Name, "node", sb.Spec.Node, "err", err)
+			}
+			continue
+		}
+		if sb.Status.State.Ended() {
 			continue
 		}
 		at, _ := node.Expiry(lease)

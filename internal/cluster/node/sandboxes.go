@@ -82,9 +82,12 @@ type sandboxes struct {
 	check     time.Duration
 	log       *slog.Logger
 
-	// held is owned by run's goroutine: the objects whose local sandbox
-	// this agent reported Running, by UID.
-	held map[types.UID]held
+	// held and finalizing are owned by run's goroutine: the objects whose
+	// local sandbox this agent reported Running, and those being deleted
+	// whose finalizer it has yet to remove (tried again every check), by
+	// UID.
+	held       map[types.UID]held
+	finalizing map[types.UID]*v1alpha1.Sandbox
 }
 
 // run keeps the node's sandboxes in line with their objects until ctx
@@ -128,6 +131,7 @@ func (c *sandboxes) sync(ctx context.Context) (string, error) {
 		objects[o.UID] = o.Name
 	}
 	c.held = make(map[types.UID]held)
+	c.finalizing = make(map[types.UID]*v1alpha1.Sandbox)
 	for key, ls := range local {
 		if name, ok := objects[types.UID(key)]; ok {
 			c.held[types.UID(key)] = held{name: name, local: ls}
@@ -174,6 +178,9 @@ func (c *sandboxes) events(ctx context.Context, w watch.Interface, rv string, ti
 			return rv, nil
 		case <-tick:
 			c.checkHeld(ctx)
+			for _, o := range c.finalizing {
+				c.finalize(ctx, o)
+			}
 		case ev, ok := <-w.ResultChan():
 			if !ok {
 				return rv, nil // the server ends watches now and then: go on from rv
@@ -203,19 +210,16 @@ func (c *sandboxes) events(ctx context.Context, w watch.Interface, rv string, ti
 // reconcile brings the local sandbox of o, and o's status, in line with
 // o: a sandbox created for a new object and reported Running (as is one
 // adopted at sync, which a previous agent made), one killed for an object
-// marked ended.
+// marked ended or being deleted.
 func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 	log := c.log.With("sandbox", o.Name, "uid", o.UID)
+	if o.Deleting() {
+		c.finalize(ctx, o)
+		return
+	}
 	h, isHeld := c.held[o.UID]
 	if o.Status.State.Ended() {
-		if isHeld {
-			log.Info("killing the sandbox of an object marked ended", "sandbox_id", h.local.ID, "state", o.Status.State)
-			if err := c.local.Kill(ctx, h.local.ID); err != nil {
-				log.Warn("killing the sandbox of an object marked ended", "sandbox_id", h.local.ID, "err", err)
-				return
-			}
-			delete(c.held, o.UID)
-		}
+		c.killHeld(ctx, o.UID, "an object marked "+string(o.Status.State), log)
 		return
 	}
 	switch {
@@ -304,18 +308,43 @@ func (c *sandboxes) setTimeout(ctx context.Context, o *v1alpha1.Sandbox, h held,
 	log.Info("sandbox timeout changed", "sandbox_id", h.local.ID, "end_at", endAt.UTC().Format(time.RFC3339))
 }
 
-// deleted kills the local sandbox of a deleted object.
+// finalize kills the local sandbox of o, which is being deleted, and then
+// removes o's finalizer, so that the deletion (a kill) completes once the
+// sandbox is gone; what fails is tried again at the next check.
+func (c *sandboxes) finalize(ctx context.Context, o *v1alpha1.Sandbox) {
+	log := c.log.With("sandbox", o.Name, "uid", o.UID)
+	c.finalizing[o.UID] = o
+	if !c.killHeld(ctx, o.UID, "a deleted object", log) {
+		return
+	}
+	if err := v1alpha1.RemoveNodeFinalizer(ctx, c.client, o); err != nil {
+		log.Warn("letting the deletion of a sandbox complete", "err", err)
+		return
+	}
+	delete(c.finalizing, o.UID)
+}
+
+// deleted kills the local sandbox of a deleted object, which had no
+// finalizer or had it removed.
 func (c *sandboxes) deleted(ctx context.Context, o *v1alpha1.Sandbox) {
-	h, ok := c.held[o.UID]
+	delete(c.finalizing, o.UID)
+	c.killHeld(ctx, o.UID, "a deleted object", c.log.With("sandbox", o.Name, "uid", o.UID))
+}
+
+// killHeld kills the local sandbox held for object uid, if any, and says
+// whether none is left; whose is the object's case, for the log.
+func (c *sandboxes) killHeld(ctx context.Context, uid types.UID, whose string, log *slog.Logger) bool {
+	h, ok := c.held[uid]
 	if !ok {
-		return
+		return true
 	}
-	delete(c.held, o.UID)
 	if err := c.local.Kill(ctx, h.local.ID); err != nil {
-		c.log.Warn("killing the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.local.ID, "err", err)
-		return
+		log.Warn("killing the sandbox of "+whose, "sandbox_id", h.local.ID, "err", err)
+		return false
 	}
-	c.log.Info("killed the sandbox of a deleted object", "sandbox", o.Name, "sandbox_id", h.local.ID)
+	delete(c.held, uid)
+	log.Info("killed the sandbox of "+whose, "sandbox_id", h.local.ID)
+	return true
 }
 
 // checkHeld marks Killed, with the local reason, the objects whose local

@@ -31,6 +31,11 @@ import (
 // leader's Collector counts a sandbox not started by then as ended.
 const DefaultStartTimeout = control.MaxStart
 
+// killTimeout bounds a kill's wait for the node to kill the sandbox. The
+// deletion stays after it: the node completes it when it can, or the
+// leader when the node's Lease expires.
+const killTimeout = 30 * time.Second
+
 // Config is a Sandboxes'.
 type Config struct {
 	Namespace string
@@ -91,7 +96,7 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	defer release()
 	obj := &v1alpha1.Sandbox{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sandbox"},
-		ObjectMeta: metav1.ObjectMeta{Name: sandbox.NewID(), Namespace: s.cfg.Namespace},
+		ObjectMeta: metav1.ObjectMeta{Name: sandbox.NewID(), Namespace: s.cfg.Namespace, Finalizers: []string{v1alpha1.NodeFinalizer}},
 		Spec: v1alpha1.SandboxSpec{
 			Template: req.Template,
 			Timeout:  metav1.Duration{Duration: req.Timeout},
@@ -112,9 +117,9 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	log := s.cfg.Log.With("sandbox_id", created.Name, "node", node)
 	got, err := s.cfg.Cache.Await(ctx, created.Name, s.cfg.StartTimeout, func(o *v1alpha1.Sandbox) bool {
 		release() // the cache shows the object now: placement counts it
-		return o.Status.State != "" && o.Status.State != v1alpha1.SandboxPending
+		return o.Deleting() || (o.Status.State != "" && o.Status.State != v1alpha1.SandboxPending)
 	})
-	if errors.Is(err, control.ErrDeleted) {
+	if errors.Is(err, control.ErrDeleted) || (err == nil && got.Deleting()) {
 		return store.Sandbox{}, fmt.Errorf("%w: sandbox %s was killed before node %s started it", sandbox.ErrConflict, created.Name, node)
 	}
 	if err != nil {
@@ -181,6 +186,8 @@ func (s *Sandboxes) get(ctx context.Context, id string) (*v1alpha1.Sandbox, erro
 		return nil, fmt.Errorf("reading Sandbox %s: %w", id, err)
 	case o.Status.State.Ended():
 		return nil, &sandbox.EndedError{ID: id, At: o.StatusTime(), Reason: cmp.Or(o.Status.Reason, string(o.Status.State))}
+	case o.Deleting():
+		return nil, &sandbox.EndedError{ID: id, At: o.DeletionTimestamp.Time, Reason: store.ReasonKilled}
 	case overdue(o, time.Now()):
 		return nil, &sandbox.EndedError{ID: id, At: view(o).EndAt, Reason: store.ReasonTimeout}
 	}
@@ -196,8 +203,9 @@ func overdue(o *v1alpha1.Sandbox, now time.Time) bool {
 	return o.Status.State == v1alpha1.SandboxRunning && started && now.After(end)
 }
 
-// Kill deletes the object; the node kills the sandbox when it sees the
-// deletion.
+// Kill deletes the object and waits until the deletion completes, which
+// its node's finalizer holds until the node has killed the sandbox: as on
+// a single host, nothing runs for it once the kill answers.
 func (s *Sandboxes) Kill(ctx context.Context, id string) error {
 	o, getErr := s.get(ctx, id)
 	if getErr != nil && !errors.Is(getErr, sandbox.ErrNotFound) {
@@ -212,7 +220,16 @@ func (s *Sandboxes) Kill(ctx context.Context, id string) error {
 	case o == nil:
 		return getErr // an ended sandbox's object, deleted: it was not live
 	}
-	return nil
+	_, err = s.cfg.Cache.Await(ctx, id, killTimeout, func(*v1alpha1.Sandbox) bool { return false })
+	if errors.Is(err, control.ErrDeleted) {
+		return nil
+	}
+	// The cache may have missed the object's whole life (a relist):
+	// the API server decides.
+	if gone := s.on(s.client.Get()).Name(id).Do(context.WithoutCancel(ctx)).Error(); apierrors.IsNotFound(gone) {
+		return nil
+	}
+	return fmt.Errorf("sandbox %s is being killed, but its node %s has not confirmed the kill: %w", id, o.Spec.Node, err)
 }
 
 // SetTimeout makes the sandbox end d from now: its spec.timeout becomes
@@ -322,10 +339,10 @@ func (s *Sandboxes) Pause(ctx context.Context, id string, keepMemory bool) error
 // refusal, in the class it gave.
 func (s *Sandboxes) nodeActed(ctx context.Context, o *v1alpha1.Sandbox, want v1alpha1.SandboxState, what string) error {
 	got, err := s.cfg.Cache.Await(ctx, o.Name, s.cfg.StartTimeout, func(c *v1alpha1.Sandbox) bool {
-		return c.Status.ObservedGeneration >= o.Generation || c.Status.State.Ended()
+		return c.Status.ObservedGeneration >= o.Generation || c.Status.State.Ended() || c.Deleting()
 	})
 	switch {
-	case errors.Is(err, control.ErrDeleted):
+	case errors.Is(err, control.ErrDeleted) || (err == nil && got.Deleting()):
 		return sandbox.ErrNotFound
 	case err != nil:
 		return fmt.Errorf("waiting for node %s to %s sandbox %s: %w", o.Spec.Node, what, o.Name, err)
@@ -468,7 +485,10 @@ func view(o *v1alpha1.Sandbox) store.Sandbox {
 		EnvdAccessToken:    o.Status.EnvdAccessToken,
 		TrafficAccessToken: o.Status.TrafficAccessToken,
 	}
-	if overdue(o, time.Now()) {
+	switch {
+	case o.Deleting() && !o.Status.State.Ended():
+		sb.State, sb.Reason = store.StateKilled, store.ReasonKilled
+	case overdue(o, time.Now()):
 		sb.State, sb.Reason = store.StateKilled, store.ReasonTimeout
 	}
 	return sb

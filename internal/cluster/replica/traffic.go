@@ -109,9 +109,11 @@ func (t *Traffic) nodeOf(ctx context.Context, id string) (string, error) {
 			return "", err
 		}
 	}
-	switch o.Status.State {
-	case v1alpha1.SandboxRunning:
-	case v1alpha1.SandboxPaused:
+	switch {
+	case o.Deleting(): // killed: its node finishes the kill
+		return "", sandbox.ErrNotFound
+	case o.Status.State == v1alpha1.SandboxRunning:
+	case o.Status.State == v1alpha1.SandboxPaused:
 		return "", sandbox.ErrPaused
 	default: // not started yet, or ended
 		return "", sandbox.ErrNotFound
