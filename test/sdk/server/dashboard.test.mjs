@@ -318,6 +318,10 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       assert.ok(cookie?.httpOnly && cookie.sameSite === 'Strict', JSON.stringify(cookie))
       assert.equal(cookie.secure, mode === 'tls')
 
+      // The run's other files create sandboxes meanwhile, which can push
+      // this one off the list's first page: filtered by this file's
+      // metadata, as a user would look for theirs.
+      await loadPage(page, `${apiUrl}/dashboard/?metadata=${encodeURIComponent(`${LIST_META_KEY}=${runTag}`)}`)
       const row = page.locator(`tr[data-sandbox-id="${sbx.sandboxId}"]`)
       await row.waitFor({ timeout: 15_000 })
       assert.match(await row.innerText(), /running/)

@@ -69,12 +69,12 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
     const page = await browser.newPage({ viewport: DISPLAY, ignoreHTTPSErrors: true })
     const connected = (timeout) =>
       page.waitForFunction(() => document.documentElement.classList.contains('noVNC_connected'), null, { timeout })
-    await page.goto(url)
+    await loadPage(page, url)
     try {
       await connected(20_000)
     } catch {
       t.diagnostic(`noVNC not connected after 20 s (status: ${await page.locator('#noVNC_status').textContent()}); loading it again`)
-      await page.reload()
+      await loadPage(page, url)
       await connected(30_000)
     }
     return page
@@ -156,10 +156,10 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
       if (msg.type() === 'error' && (!from || from.startsWith(dashboard))) errors.push(`console: ${msg.text()} (${from})`)
     })
     page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
-    await page.goto(`${apiUrl}/dashboard/`)
+    await loadPage(page, `${apiUrl}/dashboard/`)
     await page.fill('#key', apiKey)
     await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('button[type=submit]')])
-    await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
+    await loadPage(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
     await page.click('#live-view')
     const link = page.locator('#live-view-status a')
     await link.waitFor()
