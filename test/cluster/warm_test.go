@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
 	"github.com/agent-sandbox/agent-sandbox/client"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
@@ -151,18 +149,7 @@ func TestWarmMembersThroughReplica(t *testing.T) {
 	if sb.ID == "iwarmtwo" || !slices.Equal(names[1:2], []string{"iwarmtwo"}) || len(names) != 3 || names[2] != sb.ID {
 		t.Errorf("sandbox %s after the node's creates %q: want iwarmtwo refused, then one fresh name, the sandbox's", sb.ID, names)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name("iwarmtwo").Do(ctx).Error()
-		if apierrors.IsNotFound(err) {
-			break // the refused object was removed
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the refused Sandbox iwarmtwo still there 10 s later")
-		}
-	}
+	waitGone(t, rc, "iwarmtwo", 10*time.Second) // the refused object, removed
 
 	// No member left, once published: a fresh name.
 	local.publish()
