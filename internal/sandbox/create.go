@@ -93,9 +93,9 @@ func (m *Manager) Create(ctx context.Context, req CreateRequest) (store.Sandbox,
 	now := m.cfg.Now()
 	rec := m.newRecord(req, tmpl, res, backend, now)
 	// A pool member has no volumes and an ID of its own: a create that
-	// mounts any, or names its ID, boots.
-	if len(req.VolumeMounts) == 0 && req.ID == "" {
-		if w := m.takeWarm(tmpl, ec); w != nil {
+	// mounts any boots, as does one that names an ID no member has.
+	if len(req.VolumeMounts) == 0 {
+		if w := m.takeWarm(tmpl, ec, req.ID); w != nil {
 			return m.handOut(ctx, w, rec, req, tmpl, ec)
 		}
 	}

@@ -208,8 +208,9 @@ type CreateRequest struct {
 	// ID, when set, is the new sandbox's ID instead of a fresh one (a
 	// node of cluster mode gives its sandboxes their Sandbox objects'
 	// names, by which clients route to them); it must be routable
-	// (RoutableID). Such a create takes no warm pool member: a member's
-	// ID is fixed when it boots.
+	// (RoutableID). A member's ID is fixed when it boots, so such a create
+	// takes the warm pool member of that ID (which PoolStatus.IDs names)
+	// or none.
 	ID string
 	// Template names a template, or a snapshot (snapshot.go).
 	Template  string
@@ -253,6 +254,8 @@ type Manager struct {
 	logsPurgedAt atomic.Int64
 
 	kicks chan struct{} // wakes the pool loop
+	// poolsChanged says a pool's ready members changed (PoolsChanged).
+	poolsChanged chan struct{}
 
 	// backends are Config.Backend and OtherBackends by name; read-only.
 	backends map[string]isolation.Backend
@@ -355,17 +358,18 @@ func New(cfg Config) (*Manager, error) {
 	}
 	cfg.setDefaults()
 	return &Manager{
-		cfg:       cfg,
-		backends:  backends,
-		log:       cfg.Log,
-		stop:      make(chan struct{}),
-		kicks:     make(chan struct{}, 1),
-		sandboxes: map[string]*sandbox{},
-		steps:     map[string]bool{},
-		pins:      map[string]int{},
-		tmplUse:   map[string]int{},
-		deleting:  map[string]bool{},
-		pools:     newPools(cfg.WarmPools, cfg.Now()),
+		cfg:          cfg,
+		backends:     backends,
+		log:          cfg.Log,
+		stop:         make(chan struct{}),
+		kicks:        make(chan struct{}, 1),
+		poolsChanged: make(chan struct{}, 1),
+		sandboxes:    map[string]*sandbox{},
+		steps:        map[string]bool{},
+		pins:         map[string]int{},
+		tmplUse:      map[string]int{},
+		deleting:     map[string]bool{},
+		pools:        newPools(cfg.WarmPools, cfg.Now()),
 	}, nil
 }
 

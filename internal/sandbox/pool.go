@@ -214,11 +214,26 @@ func (m *Manager) kick() {
 	}
 }
 
+// notePoolsChanged tells PoolsChanged's reader that ready members came or
+// went.
+func (m *Manager) notePoolsChanged() {
+	select {
+	case m.poolsChanged <- struct{}{}:
+	default:
+	}
+}
+
+// PoolsChanged receives when a warm pool's ready members change (a take, a
+// fill, a discard): what Pools says of their IDs is new. Changes while
+// nobody reads coalesce into one.
+func (m *Manager) PoolsChanged() <-chan struct{} { return m.poolsChanged }
+
 // takeWarm returns a member of tmpl's pool for a create whose egress is ec,
-// or nil when the pool is empty or cannot serve it; a take that outpaces
-// the refills grows the pool toward its Max. The member keeps its slot, which the caller releases
-// once the sandbox is live.
-func (m *Manager) takeWarm(tmpl *template.Template, ec egressConfig) *warm {
+// the member of ID id when id is set, or nil when the pool has none or
+// cannot serve it; a take that outpaces the refills grows the pool toward
+// its Max. The member keeps its slot, which the caller releases once the
+// sandbox is live.
+func (m *Manager) takeWarm(tmpl *template.Template, ec egressConfig, id string) *warm {
 	// Members were attached with the template's default bandwidth, which
 	// only a new attachment changes.
 	if def, err := m.parseEgress(nil, nil, tmpl); err != nil || def.bw != ec.bw {
@@ -232,14 +247,20 @@ func (m *Manager) takeWarm(tmpl *template.Template, ec egressConfig) *warm {
 	}
 	var w *warm
 	var stale []*warm
-	for len(p.ready) > 0 && w == nil {
-		c := p.ready[0]
-		p.ready = p.ready[1:]
-		if c.rec.TemplateID != tmpl.ID || c.dead() { // rebuilt template, or died waiting
-			stale = append(stale, c)
-			continue
+	if id != "" {
+		if i := slices.IndexFunc(p.ready, func(c *warm) bool { return c.rec.ID == id }); i >= 0 {
+			w = p.ready[i]
+			p.ready = slices.Delete(p.ready, i, i+1)
 		}
-		w = c
+	} else if len(p.ready) > 0 {
+		w, p.ready = p.ready[0], p.ready[1:]
+	}
+	for w != nil && (w.rec.TemplateID != tmpl.ID || w.dead()) { // rebuilt template, or died waiting
+		stale = append(stale, w)
+		w = nil
+		if id == "" && len(p.ready) > 0 {
+			w, p.ready = p.ready[0], p.ready[1:]
+		}
 	}
 	p.lastUse = m.cfg.Now()
 	// Takes outpace refills when one finds the pool empty or a refill
@@ -250,6 +271,9 @@ func (m *Manager) takeWarm(tmpl *template.Template, ec egressConfig) *warm {
 	m.mu.Unlock()
 	for _, c := range stale {
 		m.discard(c, reasonPoolDiscarded, true)
+	}
+	if w != nil || len(stale) > 0 {
+		m.notePoolsChanged()
 	}
 	m.kick()
 	return w
@@ -337,6 +361,9 @@ func (m *Manager) tendPools() {
 	for _, w := range drop {
 		m.discard(w, reasonPoolDiscarded, true)
 	}
+	if len(drop) > 0 {
+		m.notePoolsChanged()
+	}
 	for _, p := range fills {
 		m.goroutine(func() { m.fill(p) })
 	}
@@ -364,6 +391,7 @@ func (m *Manager) fill(p *pool) {
 	case !keep:
 		m.discard(w, reasonPoolDiscarded, true)
 	default:
+		m.notePoolsChanged()
 		m.kick()
 	}
 }
@@ -449,9 +477,12 @@ func (m *Manager) drainPools() {
 	}
 }
 
-// PoolStatus is one warm pool's state, for logs and tests.
+// PoolStatus is one warm pool's state.
 type PoolStatus struct {
 	Ready, Filling, Target int
+	// IDs are the ready members', oldest first: a create that names one
+	// (CreateRequest.ID) takes that member.
+	IDs []string
 }
 
 // Pools returns the state of every warm pool, by template name.
@@ -460,7 +491,11 @@ func (m *Manager) Pools() map[string]PoolStatus {
 	defer m.mu.Unlock()
 	out := make(map[string]PoolStatus, len(m.pools))
 	for name, p := range m.pools {
-		out[name] = PoolStatus{Ready: len(p.ready), Filling: p.filling, Target: p.target}
+		ids := make([]string, len(p.ready))
+		for i, w := range p.ready {
+			ids[i] = w.rec.ID
+		}
+		out[name] = PoolStatus{Ready: len(p.ready), Filling: p.filling, Target: p.target, IDs: ids}
 	}
 	return out
 }

@@ -357,9 +357,10 @@ func crash(m *Manager) {
 	m.wg.Wait()
 }
 
-// TestCreateWithID: a create that names its ID gets it, boots rather than
-// take a pool member (whose ID is its own), and a second create of the
-// same ID, or of one the router cannot route, is refused.
+// TestCreateWithID: a create that names an ID no member has boots under
+// it, leaving the pool as it was; one that names a member's ID (as the
+// pool lists them, and PoolsChanged announces) takes that member; a taken
+// ID is a conflict, as is a malformed one invalid.
 func TestCreateWithID(t *testing.T) {
 	e := newPoolEnv(t, PoolSize{Min: 1, Max: 1}, nil)
 	members := e.fake.Running()
@@ -367,8 +368,26 @@ func TestCreateWithID(t *testing.T) {
 	if sb.ID != "iclusterobject0123456" || slices.Contains(members, sb.ID) {
 		t.Errorf("created %s, want iclusterobject0123456 (pool members %v)", sb.ID, members)
 	}
-	if got := e.m.Pools()["base"].Ready; got != 1 {
-		t.Errorf("pool has %d ready, want its member still there", got)
+	if got := e.m.Pools()["base"]; got.Ready != 1 || !slices.Equal(got.IDs, members) {
+		t.Errorf("pool %+v, want its member %v still there", got, members)
+	}
+	select { // the fill's announcement
+	case <-e.m.PoolsChanged():
+	default:
+	}
+	booted := e.fake.Instance(members[0])
+	member := e.create(t, CreateRequest{ID: members[0]})
+	if member.ID != members[0] || e.fake.Instance(member.ID) != booted {
+		t.Errorf("created %s: want the member %s handed out, nothing booted for it", member.ID, members[0])
+	}
+	select {
+	case <-e.m.PoolsChanged():
+	case <-time.After(5 * time.Second):
+		t.Error("no pool change announced after the member's take")
+	}
+	e.waitReady(t, 1)
+	if ids := e.m.Pools()["base"].IDs; slices.Contains(ids, members[0]) {
+		t.Errorf("the pool lists %v after the take of %s", ids, members[0])
 	}
 	if e.fake.Instance(sb.ID) == nil {
 		t.Errorf("no instance booted under %s", sb.ID)
@@ -378,6 +397,7 @@ func TestCreateWithID(t *testing.T) {
 		want error
 	}{
 		{"iclusterobject0123456", ErrConflict},
+		{members[0], ErrConflict},
 		{"sbx-run", ErrInvalid},
 		{"Upper", ErrInvalid},
 		{strings.Repeat("a", 58), ErrInvalid},

@@ -132,6 +132,7 @@ func (s *Server) newNodeAgent(log *slog.Logger) (*node.Agent, error) {
 			MemoryMiB: int64(mem),
 		},
 		Usage:         s.nodeUsage,
+		UsageChanged:  s.manager.PoolsChanged(),
 		LeaseDuration: node.DefaultLeaseDuration,
 		RenewInterval: node.DefaultRenewInterval,
 		Local:         clusterSandboxes{manager: s.manager, store: s.store},
@@ -150,5 +151,13 @@ func (s *Server) nodeUsage() node.Usage {
 		u.Templates = append(u.Templates, t.Name)
 	}
 	u.Templates = slices.Compact(u.Templates) // List sorts by name
+	for name, p := range s.manager.Pools() {
+		if len(p.IDs) > 0 {
+			if u.Warm == nil {
+				u.Warm = make(map[string][]string)
+			}
+			u.Warm[name] = p.IDs
+		}
+	}
 	return u
 }

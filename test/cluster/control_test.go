@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -151,24 +150,8 @@ func TestLostAndLeader(t *testing.T) {
 
 	// Deleted, it goes: the leader completes the deletion that the dead
 	// node's finalizer holds.
-	t0 = time.Now()
-	if err := rc.Delete().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(late.Name).Do(t.Context()).Error(); err != nil {
-		t.Fatalf("deleting Sandbox %s: %v", late.Name, err)
-	}
-	for {
-		err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(late.Name).Do(t.Context()).Error()
-		if apierrors.IsNotFound(err) {
-			t.Logf("Sandbox %s of the dead node-b, with the node's finalizer, deleted: gone %s later", late.Name, time.Since(t0).Round(time.Millisecond))
-			break
-		}
-		if err != nil {
-			t.Fatalf("reading Sandbox %s: %v", late.Name, err)
-		}
-		if time.Since(t0) > 10*time.Second {
-			t.Fatalf("Sandbox %s of the dead node-b still there 10 s after its deletion: the finalizer stays", late.Name)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	took = deleteSandbox(t, rc, late.Name, 10*time.Second)
+	t.Logf("Sandbox %s of the dead node-b, with the node's finalizer, deleted: gone %s later", late.Name, took.Round(time.Millisecond))
 }
 
 func awaitLeader(t *testing.T, led <-chan string, within time.Duration) string {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -222,6 +223,38 @@ func createSandbox(t *testing.T, rc *rest.RESTClient, name string, spec v1alpha1
 		t.Fatalf("creating Sandbox %s: %v", name, err)
 	}
 	return out
+}
+
+// waitGone polls Sandbox name until it is gone, and returns the time since
+// the call; it fails after within.
+func waitGone(t *testing.T, rc *rest.RESTClient, name string, within time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	for {
+		err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(name).Do(t.Context()).Error()
+		if apierrors.IsNotFound(err) {
+			return time.Since(t0)
+		}
+		if err != nil {
+			t.Fatalf("reading Sandbox %s: %v", name, err)
+		}
+		if time.Since(t0) > within {
+			t.Fatalf("Sandbox %s still there after %s", name, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// deleteSandbox deletes Sandbox name and waits until it is gone (within),
+// and returns the time that took.
+func deleteSandbox(t *testing.T, rc *rest.RESTClient, name string, within time.Duration) time.Duration {
+	t.Helper()
+	t0 := time.Now()
+	if err := rc.Delete().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(name).Do(t.Context()).Error(); err != nil {
+		t.Fatalf("deleting Sandbox %s: %v", name, err)
+	}
+	waitGone(t, rc, name, within)
+	return time.Since(t0)
 }
 
 // waitState polls Sandbox name until its status is state, and returns it

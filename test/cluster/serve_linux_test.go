@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -119,29 +118,13 @@ func TestServeNode(t *testing.T) {
 	t.Logf("Sandbox %s: its sandbox killed through the node's API, marked %s in %s: %s", short.Name, got.Status.State, took.Round(time.Millisecond), got.Status.Reason)
 
 	// Deleted: the deletion completes once the sandbox is killed.
-	t0 := time.Now()
-	if err := rc.Delete().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(obj.Name).Do(t.Context()).Error(); err != nil {
-		t.Fatalf("deleting Sandbox %s: %v", obj.Name, err)
-	}
-	for {
-		err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(obj.Name).Do(t.Context()).Error()
-		if apierrors.IsNotFound(err) {
-			break
-		}
-		if err != nil {
-			t.Fatalf("reading Sandbox %s: %v", obj.Name, err)
-		}
-		if time.Since(t0) > 30*time.Second {
-			t.Fatalf("Sandbox %s still there 30 s after its deletion", obj.Name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	took = deleteSandbox(t, rc, obj.Name, 30*time.Second)
 	_, err = srv.Client().GetSandbox(t.Context(), id)
 	var apiErr *client.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusNotFound {
-		t.Fatalf("Sandbox %s deleted (%s after the request), yet GET /sandboxes/%s on its node: %v, want 404", obj.Name, time.Since(t0).Round(time.Millisecond), id, err)
+		t.Fatalf("Sandbox %s deleted (%s after the request), yet GET /sandboxes/%s on its node: %v, want 404", obj.Name, took.Round(time.Millisecond), id, err)
 	}
-	t.Logf("Sandbox %s deleted %s after the request, its sandbox %s gone by then (%s)", obj.Name, time.Since(t0).Round(time.Millisecond), id, apiErr.Message)
+	t.Logf("Sandbox %s deleted %s after the request, its sandbox %s gone by then (%s)", obj.Name, took.Round(time.Millisecond), id, apiErr.Message)
 	srv.Stop()
 }
 

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/agent-sandbox/agent-sandbox/client"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
@@ -46,9 +48,12 @@ while True:
 `
 
 // TestTrafficThroughReplicas runs a real node (`serve --cluster
-// kubernetes`, jail backend, as the node role) and two real API replicas,
-// all with the sandbox domain cluster.test, and reaches a sandbox only
-// through the replicas, with the Go client: created through one, it runs
+// kubernetes`, jail backend, as the node role, a warm pool of one base
+// member) and two real API replicas, all with the sandbox domain
+// cluster.test, and reaches a sandbox only through the replicas, with the
+// Go client: created through one, it is the node's warm member (the ID the
+// node published, handed out from the pool; the node publishes its
+// refill), and it runs
 // a command (its output streamed) and writes and reads a file through that
 // replica's endpoint (envd traffic, header routing: replica → node →
 // sandbox, with the envd access token the node reported); connected
@@ -67,7 +72,7 @@ func TestTrafficThroughReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := servertest.New(t, "--backend", "jail", "--address-pool", "10.244.2.0/24", "--warm-pool", "none", "--domain", trafficDomain,
+	srv := servertest.New(t, "--backend", "jail", "--address-pool", "10.244.2.0/24", "--warm-pool", "base=1", "--domain", trafficDomain,
 		"--cluster", "kubernetes", "--kubeconfig", kubeconfig, "--cluster-namespace", namespace, "--node-name", nodeName)
 	srv.Start()
 	defer srv.Stop()
@@ -81,14 +86,21 @@ func TestTrafficThroughReplicas(t *testing.T) {
 	}
 	ctx := t.Context()
 
+	member := waitWarm(t, rc, nodeName, client.DefaultTemplate, "")
 	cl1 := trafficClient(t, one)
+	t0 := time.Now()
 	sb, err := cl1.CreateSandbox(ctx, client.CreateOptions{Template: client.DefaultTemplate, Timeout: 5 * time.Minute})
 	if err != nil {
 		t.Fatalf("creating a sandbox through replica %s: %v", one.url, err)
 	}
+	took := time.Since(t0)
 	srv.Made = append(srv.Made, sb.ID)
 	o := readSandbox(t, rc, sb.ID)
-	t.Logf("sandbox %s created through %s: on %s, %s, domain %s", sb.ID, one.url, o.Spec.Node, o.Status.State, sb.Domain)
+	t.Logf("sandbox %s created through %s in %s: on %s, %s, domain %s", sb.ID, one.url, took.Round(time.Millisecond), o.Spec.Node, o.Status.State, sb.Domain)
+	if line := srv.LogLine("creating sandbox from the warm pool", sb.ID); sb.ID != member || !strings.Contains(line, sb.ID) {
+		t.Errorf("sandbox %s: want the warm member %s the node published, handed out from its pool (the node's log: %q)", sb.ID, member, line)
+	}
+	t.Logf("the node's warm member %s handed out; the node published its refill %s", member, waitWarm(t, rc, nodeName, client.DefaultTemplate, member))
 	if sb.EnvdAccessToken == "" || sb.EnvdAccessToken != o.Status.EnvdAccessToken || sb.Domain != trafficDomain {
 		t.Errorf("create's envd token %q and domain %q; want the node's token (%q) and %s", sb.EnvdAccessToken, sb.Domain, o.Status.EnvdAccessToken, trafficDomain)
 	}
@@ -195,6 +207,24 @@ func TestTrafficThroughReplicas(t *testing.T) {
 		t.Fatalf("right after the kill, through %s: %d %s, want 502 not found", one.url, status, body)
 	}
 	t.Logf("right after the kill, through %s: %d %s", one.url, status, strings.TrimSpace(body))
+}
+
+// waitWarm waits until node publishes a warm member of template other
+// than not, and returns its ID.
+func waitWarm(t *testing.T, rc *rest.RESTClient, nodeName, template, not string) string {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		var n v1alpha1.SandboxNode
+		if err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Name(nodeName).Do(t.Context()).Into(&n); err != nil {
+			t.Fatalf("reading SandboxNode %s: %v", nodeName, err)
+		}
+		if ids := n.Status.Warm[template]; len(ids) > 0 && ids[0] != not {
+			return ids[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("SandboxNode %s publishes no warm member of %s but %q after a minute: status.warm %v", nodeName, template, not, n.Status.Warm)
+		}
+	}
 }
 
 // checkGoneOnNode checks that the node's own API no longer has sandbox

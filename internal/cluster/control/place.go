@@ -28,6 +28,10 @@ type Candidate struct {
 	// Reserved counts the creates placed on the node whose Sandboxes are
 	// not in Placed yet (written, or about to be, by this replica).
 	Reserved int
+	// Warm are the node's ready warm pool members of the template
+	// (status.warm) that no Sandbox is named by and no create of this
+	// replica has claimed: a create placed there takes one.
+	Warm []string
 }
 
 // used is how many sandboxes the node holds or is about to. The node's
@@ -60,15 +64,16 @@ func (c Candidate) free() int {
 }
 
 // Place chooses, at now, the node of a new sandbox of template: among the
-// nodes whose Lease is live and that have a free slot, one with the
-// template built (no build or copy before the sandbox starts), then the
-// one with the most free slots (spreading the load), then by name, so
-// that the choice is the same on every replica.
+// nodes whose Lease is live and that have a free slot, one with a warm
+// member of the template (no boot before the sandbox runs), then one with
+// the template built (no build or copy), then the one with the most free
+// slots (spreading the load), then by name, so that the choice is the
+// same on every replica.
 func Place(template string, candidates []Candidate, now time.Time) (string, error) {
 	type option struct {
-		name  string
-		built bool
-		free  int
+		name        string
+		warm, built bool
+		free        int
 	}
 	var options []option
 	for _, c := range candidates {
@@ -76,63 +81,89 @@ func Place(template string, candidates []Candidate, now time.Time) (string, erro
 			continue
 		}
 		if free := c.free(); free > 0 {
-			options = append(options, option{c.Node.Name, slices.Contains(c.Node.Status.Templates, template), free})
+			options = append(options, option{c.Node.Name, len(c.Warm) > 0, slices.Contains(c.Node.Status.Templates, template), free})
 		}
 	}
 	if len(options) == 0 {
 		return "", fmt.Errorf("placing a sandbox of template %q on one of %d nodes: %w", template, len(candidates), ErrNoNode)
 	}
 	best := slices.MinFunc(options, func(a, b option) int {
-		if a.built != b.built {
-			if a.built {
-				return -1
-			}
-			return 1
-		}
-		return cmp.Or(cmp.Compare(b.free, a.free), cmp.Compare(a.name, b.name))
+		return cmp.Or(first(a.warm, b.warm), first(a.built, b.built), cmp.Compare(b.free, a.free), cmp.Compare(a.name, b.name))
 	})
 	return best.name, nil
 }
 
+// first orders true before false.
+func first(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return -1
+	}
+	return 1
+}
+
 // Placer places sandboxes on the nodes of a Cache, counting the creates
 // it placed whose objects the cache does not show yet, so that creates at
-// once on one replica do not all land on the node that looked emptiest.
+// once on one replica do not all land on the node that looked emptiest,
+// nor name the same warm member.
 type Placer struct {
 	cache *Cache
 
 	mu       sync.Mutex
-	reserved map[string]int // by node: guarded by mu
+	reserved map[string]int  // by node: guarded by mu
+	claimed  map[string]bool // warm members' IDs: guarded by mu
 }
 
 // NewPlacer places on the nodes of c.
 func NewPlacer(c *Cache) *Placer {
-	return &Placer{cache: c, reserved: make(map[string]int)}
+	return &Placer{cache: c, reserved: make(map[string]int), claimed: make(map[string]bool)}
+}
+
+// Placement is where a new sandbox goes: its node, and the ID of the
+// node's warm member it is to take, which names its Sandbox; "" for none.
+type Placement struct {
+	Node, Warm string
 }
 
 // Reserve places a sandbox of template and holds a slot for it on that
-// node until release is called: once the Sandbox is in the cache, or its
-// create failed. release may be called more than once.
-func (p *Placer) Reserve(template string) (nodeName string, release func(), err error) {
+// node, and the warm member it names, until release is called: once the
+// Sandbox is in the cache, or its create failed. release may be called
+// more than once.
+func (p *Placer) Reserve(template string) (Placement, func(), error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var candidates []Candidate
 	for _, n := range p.cache.Nodes() {
 		lease, _ := p.cache.Lease(n.Name)
-		candidates = append(candidates, Candidate{Node: n, Lease: lease, Placed: p.cache.SandboxesOn(n.Name), Reserved: p.reserved[n.Name]})
+		c := Candidate{Node: n, Lease: lease, Placed: p.cache.SandboxesOn(n.Name), Reserved: p.reserved[n.Name]}
+		for _, id := range n.Status.Warm[template] {
+			if _, named := p.cache.Sandbox(id); !named && !p.claimed[id] {
+				c.Warm = append(c.Warm, id)
+			}
+		}
+		candidates = append(candidates, c)
 	}
-	nodeName, err = Place(template, candidates, time.Now())
+	nodeName, err := Place(template, candidates, time.Now())
 	if err != nil {
-		return "", nil, err
+		return Placement{}, nil, err
+	}
+	pl := Placement{Node: nodeName}
+	if i := slices.IndexFunc(candidates, func(c Candidate) bool { return c.Node.Name == nodeName }); len(candidates[i].Warm) > 0 {
+		pl.Warm = candidates[i].Warm[0] // the oldest: the node lists them so
+		p.claimed[pl.Warm] = true
 	}
 	p.reserved[nodeName]++
 	var once sync.Once
-	return nodeName, func() {
+	return pl, func() {
 		once.Do(func() {
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			if p.reserved[nodeName]--; p.reserved[nodeName] == 0 {
 				delete(p.reserved, nodeName)
 			}
+			delete(p.claimed, pl.Warm)
 		})
 	}, nil
 }

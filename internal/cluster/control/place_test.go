@@ -56,6 +56,10 @@ func TestPlace(t *testing.T) {
 	noLease.Lease = nil
 	reserved := candidate("reserved", 2, 0, base)
 	reserved.Reserved = 2
+	warm := candidate("warm", 10, 8, base)
+	warm.Warm = []string{"iwarm1"}
+	fullWarm := candidate("full-warm", 2, 2, base)
+	fullWarm.Warm = []string{"iwarm2"}
 
 	tests := []struct {
 		name       string
@@ -79,6 +83,8 @@ func TestPlace(t *testing.T) {
 		{"running objects already published", "base", []Candidate{candidate("a", 3, 2, base, running, running)}, "a"},
 		{"ended objects do not count", "base", []Candidate{candidate("a", 2, 0, base, killed, lost, v1alpha1.SandboxError)}, "a"},
 		{"reservations count", "base", []Candidate{reserved}, ""},
+		{"a warm member before the template built", "base", []Candidate{candidate("cold", 10, 0, base), warm}, "warm"},
+		{"a full node's warm member is passed over", "base", []Candidate{candidate("cold", 10, 0, base), fullWarm}, "cold"},
 		{"capacity 0 is no cap", "base", []Candidate{candidate("uncapped", 0, 500, base), candidate("capped", 1000, 0, base)}, "uncapped"},
 	}
 	for _, tt := range tests {

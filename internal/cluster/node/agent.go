@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -25,12 +26,20 @@ const (
 	DefaultRenewInterval = 10 * time.Second
 )
 
-// Usage is what a node holds now, read at every renewal and published when
-// it changed.
+// Usage is what a node holds now, read at every renewal and when
+// Config.UsageChanged says so, and published when it changed.
 type Usage struct {
 	Sandboxes int32
 	Templates []string
+	// Warm are the ready warm pool members' IDs, by template name.
+	Warm map[string][]string
 }
+
+// publishGap is the least time between two publishes that
+// Config.UsageChanged asks for: under a burst of creates, each a take and
+// a refill of a warm pool, the node writes its SandboxNode a few times a
+// second, not twice per create.
+const publishGap = 100 * time.Millisecond
 
 // Config is one node agent's.
 type Config struct {
@@ -43,6 +52,10 @@ type Config struct {
 	Capacity v1alpha1.NodeCapacity
 	// Usage reports what the node holds.
 	Usage func() Usage
+	// UsageChanged, if set, receives when the warm pools' members
+	// changed: the agent publishes then (publishGap apart at most), so
+	// that API replicas name new Sandboxes by members that are there.
+	UsageChanged <-chan struct{}
 
 	LeaseDuration time.Duration
 	RenewInterval time.Duration
@@ -136,6 +149,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(a.cfg.RenewInterval)
 	defer tick.Stop()
+	var soon <-chan time.Time // a publish UsageChanged asked for
+	lastPublish := time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -144,6 +159,17 @@ func (a *Agent) Run(ctx context.Context) error {
 			if err := a.round(ctx, a.cfg.RenewInterval); err != nil && ctx.Err() == nil {
 				a.log.Warn("node heartbeat", "err", err)
 			}
+		case <-a.cfg.UsageChanged:
+			if soon == nil {
+				soon = time.After(time.Until(lastPublish.Add(publishGap)))
+			}
+		case <-soon:
+			soon, lastPublish = nil, time.Now()
+			pctx, cancel := context.WithTimeout(ctx, a.cfg.RenewInterval)
+			if err := a.publish(pctx); err != nil && ctx.Err() == nil {
+				a.log.Warn("publishing the node's usage", "err", err)
+			}
+			cancel()
 		}
 	}
 }
@@ -210,7 +236,7 @@ func (a *Agent) newLease(now metav1.MicroTime) *coordinationv1.Lease {
 // was last written: at start, and when the node's usage changed.
 func (a *Agent) publish(ctx context.Context) error {
 	u := a.cfg.Usage()
-	want := v1alpha1.SandboxNodeStatus{Capacity: a.cfg.Capacity, Sandboxes: u.Sandboxes, Templates: slices.Sorted(slices.Values(u.Templates))}
+	want := v1alpha1.SandboxNodeStatus{Capacity: a.cfg.Capacity, Sandboxes: u.Sandboxes, Templates: slices.Sorted(slices.Values(u.Templates)), Warm: u.Warm}
 	if p := a.published; p != nil && p.Spec.Address == a.cfg.Address && statusEqual(p.Status, want) {
 		return nil
 	}
@@ -264,7 +290,8 @@ func (a *Agent) ensureNode(ctx context.Context) (*v1alpha1.SandboxNode, error) {
 }
 
 func statusEqual(a, b v1alpha1.SandboxNodeStatus) bool {
-	return a.Capacity == b.Capacity && a.Sandboxes == b.Sandboxes && slices.Equal(a.Templates, b.Templates)
+	return a.Capacity == b.Capacity && a.Sandboxes == b.Sandboxes && slices.Equal(a.Templates, b.Templates) &&
+		maps.EqualFunc(a.Warm, b.Warm, slices.Equal)
 }
 
 // Expired says whether a node's Lease has gone unrenewed for longer than

@@ -76,7 +76,10 @@ func New(kube *rest.Config, cfg Config) (*Sandboxes, error) {
 }
 
 // Create places the sandbox, writes its object (one API-server write) and
-// waits until its node reports it Running.
+// waits until its node reports it Running. Placed where a warm pool
+// member waits, the object is named by the member, which the node then
+// hands out; a member gone meanwhile (another replica's create took it)
+// costs a second object, under a fresh name, which the node boots.
 func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (store.Sandbox, error) {
 	if err := supported(req); err != nil {
 		return store.Sandbox{}, err
@@ -87,16 +90,34 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	if !s.known(req.Template) {
 		return store.Sandbox{}, fmt.Errorf("%w: template %q not found on any node", sandbox.ErrInvalid, req.Template)
 	}
-	node, release, err := s.cfg.Placer.Reserve(req.Template)
+	pl, release, err := s.cfg.Placer.Reserve(req.Template)
 	if errors.Is(err, control.ErrNoNode) {
 		return store.Sandbox{}, fmt.Errorf("%w: %v", sandbox.ErrLimit, err)
 	} else if err != nil {
 		return store.Sandbox{}, err
 	}
 	defer release()
+	if pl.Warm != "" {
+		sb, err := s.start(ctx, req, pl.Node, pl.Warm, release)
+		if !errors.Is(err, errWarmGone) {
+			return sb, err
+		}
+		s.cfg.Log.Info("a warm member named for a create was gone: booting one", "node", pl.Node, "member", pl.Warm, "err", err)
+	}
+	return s.start(ctx, req, pl.Node, sandbox.NewID(), release)
+}
+
+// errWarmGone is start's when the warm member that names the object was
+// gone: another object has the name, or the node had handed the member
+// out (it then refuses the ID as taken).
+var errWarmGone = errors.New("the warm member is gone")
+
+// start writes the object of req, called name, on node and waits for the
+// node to report it Running; placed is called once the cache shows it.
+func (s *Sandboxes) start(ctx context.Context, req sandbox.CreateRequest, node, name string, placed func()) (store.Sandbox, error) {
 	obj := &v1alpha1.Sandbox{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Sandbox"},
-		ObjectMeta: metav1.ObjectMeta{Name: sandbox.NewID(), Namespace: s.cfg.Namespace, Finalizers: []string{v1alpha1.NodeFinalizer}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: s.cfg.Namespace, Finalizers: []string{v1alpha1.NodeFinalizer}},
 		Spec: v1alpha1.SandboxSpec{
 			Template: req.Template,
 			Timeout:  metav1.Duration{Duration: req.Timeout},
@@ -111,12 +132,14 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 		},
 	}
 	created := new(v1alpha1.Sandbox)
-	if err := s.on(s.client.Post()).Body(obj).Do(ctx).Into(created); err != nil {
+	if err := s.on(s.client.Post()).Body(obj).Do(ctx).Into(created); apierrors.IsAlreadyExists(err) {
+		return store.Sandbox{}, fmt.Errorf("%w: Sandbox %s exists", errWarmGone, name)
+	} else if err != nil {
 		return store.Sandbox{}, fmt.Errorf("creating Sandbox %s on node %s: %w", obj.Name, node, err)
 	}
 	log := s.cfg.Log.With("sandbox_id", created.Name, "node", node)
 	got, err := s.cfg.Cache.Await(ctx, created.Name, s.cfg.StartTimeout, func(o *v1alpha1.Sandbox) bool {
-		release() // the cache shows the object now: placement counts it
+		placed() // the cache shows the object now: placement counts it
 		return o.Deleting() || (o.Status.State != "" && o.Status.State != v1alpha1.SandboxPending)
 	})
 	if errors.Is(err, control.ErrDeleted) || (err == nil && got.Deleting()) {
@@ -130,10 +153,16 @@ func (s *Sandboxes) Create(ctx context.Context, req sandbox.CreateRequest) (stor
 	}
 	if got.Status.State != v1alpha1.SandboxRunning {
 		s.remove(context.WithoutCancel(ctx), created.Name, log)
-		if refused := clusternode.ClassError(got.Status.ErrorClass, got.Status.Reason); got.Status.State == v1alpha1.SandboxError && refused != nil {
-			return store.Sandbox{}, refused
+		refused := clusternode.ClassError(got.Status.ErrorClass, got.Status.Reason)
+		switch {
+		case got.Status.State != v1alpha1.SandboxError || refused == nil:
+			return store.Sandbox{}, fmt.Errorf("node %s could not start sandbox %s: %s: %s", node, created.Name, got.Status.State, got.Status.Reason)
+		case got.Status.ErrorClass == v1alpha1.ErrorConflict:
+			// The only conflict of a create: the ID is taken on the
+			// node, which for a fresh one does not happen.
+			return store.Sandbox{}, fmt.Errorf("%w: %w", errWarmGone, refused)
 		}
-		return store.Sandbox{}, fmt.Errorf("node %s could not start sandbox %s: %s: %s", node, created.Name, got.Status.State, got.Status.Reason)
+		return store.Sandbox{}, refused
 	}
 	return view(got), nil
 }

@@ -59,6 +59,12 @@ func (n *SandboxNode) DeepCopyInto(out *SandboxNode) {
 	*out = *n
 	n.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
 	out.Status.Templates = slices.Clone(n.Status.Templates)
+	if n.Status.Warm != nil {
+		out.Status.Warm = make(map[string][]string, len(n.Status.Warm))
+		for t, ids := range n.Status.Warm {
+			out.Status.Warm[t] = slices.Clone(ids)
+		}
+	}
 }
 
 // DeepCopy returns a copy of n.

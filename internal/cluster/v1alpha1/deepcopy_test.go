@@ -26,7 +26,7 @@ func full() []runtime.Object {
 		TypeMeta:   metav1.TypeMeta{Kind: "SandboxNode", APIVersion: GroupVersion.String()},
 		ObjectMeta: meta,
 		Spec:       SandboxNodeSpec{Address: "10.0.0.1:3000"},
-		Status:     SandboxNodeStatus{Capacity: NodeCapacity{Sandboxes: 1, CPUs: 2, MemoryMiB: 3}, Sandboxes: 1, Templates: []string{"base"}},
+		Status:     SandboxNodeStatus{Capacity: NodeCapacity{Sandboxes: 1, CPUs: 2, MemoryMiB: 3}, Sandboxes: 1, Templates: []string{"base"}, Warm: map[string][]string{"base": {"iwarm1"}}},
 	}
 	return []runtime.Object{
 		&sb,
@@ -100,7 +100,11 @@ func scribble(v reflect.Value) {
 		}
 	case reflect.Map:
 		for _, k := range v.MapKeys() {
-			v.SetMapIndex(k, reflect.ValueOf("changed"))
+			if e := v.MapIndex(k); e.Kind() == reflect.String {
+				v.SetMapIndex(k, reflect.ValueOf("changed"))
+			} else {
+				scribble(e) // a slice's elements are its array's: changed in place
+			}
 		}
 	case reflect.Pointer:
 		if !v.IsNil() {

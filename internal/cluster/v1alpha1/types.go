@@ -188,6 +188,11 @@ type SandboxNodeStatus struct {
 	// Templates are the templates built on the node, which placement
 	// prefers (no build, no copy before the first create).
 	Templates []string `json:"templates,omitempty"`
+	// Warm are the IDs of the node's ready warm pool members, by template
+	// name, oldest first: an API replica names a new Sandbox of that
+	// template by one of them, and the node hands out that member rather
+	// than booting a sandbox (a member's ID is fixed when it boots).
+	Warm map[string][]string `json:"warm,omitempty"`
 }
 
 // NodeCapacity is the most a node takes.
