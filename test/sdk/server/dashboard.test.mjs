@@ -239,11 +239,25 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
   test('API keys: create one (shown once), revoke it and the API refuses it; revoking the own key signs out', async (t) => {
     const { context, page, errors } = await signedInPage()
-    /** Creates a key named name on the keys page; its plaintext. */
+    /**
+     * Creates a key named name on the keys page; its plaintext. The
+     * create is a request like any other, which a network change on this
+     * host can cut: a user would create it again, and so does the test,
+     * reporting what the page logged.
+     */
     async function createKey(name) {
-      await page.fill('#key-name', name)
-      await page.click('#create-key button')
-      await page.locator(`#keys tbody tr`, { hasText: name }).waitFor()
+      const listed = page.locator(`#keys tbody tr`, { hasText: name })
+      await waitFor(
+        async () => {
+          const logged = errors.length
+          await page.fill('#key-name', name)
+          await page.click('#create-key button')
+          if (await listed.waitFor({ timeout: 15_000 }).then(() => true, () => false)) return true
+          t.diagnostic(`key ${name} not listed within 15 s (status: ${await page.locator('#status').textContent().catch(() => '?')}; logged: ${JSON.stringify(errors.slice(logged))}); creating it again`)
+          return false
+        },
+        { timeoutMs: 50_000, intervalMs: 0, what: `key ${name} listed` }
+      )
       const key = await page.locator('#new-key-value').innerText()
       assert.match(key, /^e2b_[0-9a-f]{40}$/)
       return key

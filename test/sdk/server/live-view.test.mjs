@@ -61,22 +61,23 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
 
   /**
    * Opens url in a fresh page the display's size and waits until noVNC is
-   * connected. On a loaded host a first connection has stalled once in
-   * several runs; the page is then loaded again, once, and what noVNC
-   * said is reported.
+   * connected. On a loaded host a connection stalls now and then (or a
+   * network change on this host cuts it); the page is then loaded again,
+   * as a user would, and what noVNC said is reported.
    */
   async function open(t, url) {
     const page = await browser.newPage({ viewport: DISPLAY, ignoreHTTPSErrors: true })
     const connected = (timeout) =>
       page.waitForFunction(() => document.documentElement.classList.contains('noVNC_connected'), null, { timeout })
-    await loadPage(page, url)
-    try {
-      await connected(20_000)
-    } catch {
-      t.diagnostic(`noVNC not connected after 20 s (status: ${await page.locator('#noVNC_status').textContent()}); loading it again`)
-      await loadPage(page, url)
-      await connected(30_000)
-    }
+    await waitFor(
+      async () => {
+        await loadPage(page, url)
+        if (await connected(25_000).then(() => true, () => false)) return true
+        t.diagnostic(`noVNC not connected after 25 s (status: ${await page.locator('#noVNC_status').textContent()}); loading it again`)
+        return false
+      },
+      { timeoutMs: 80_000, intervalMs: 0, what: 'noVNC connected' }
+    )
     return page
   }
 
