@@ -202,10 +202,7 @@ func waitLease(t *testing.T, leases coordinationclient.LeaseInterface, name stri
 // checkPublished reads the agent's SandboxNode.
 func checkPublished(t *testing.T, c *kubetest.Cluster, p agentProcess) {
 	t.Helper()
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	var n v1alpha1.SandboxNode
 	if err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Name(p.Name).Do(t.Context()).Into(&n); err != nil {
 		t.Fatalf("reading the sandboxnode: %v", err)

@@ -115,10 +115,7 @@ func TestAPIReplica(t *testing.T) {
 	c := kubetest.Start(t)
 	applyBase(t, c)
 	bin := servertest.Build(t)
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	locals := map[string]*fakeLocal{"node-a": newFakeLocal(), "node-b": newFakeLocal()}
 	stopAgent := map[string]func(){}
 	for name, local := range locals {
@@ -383,10 +380,7 @@ func leaderHolder(t *testing.T, c *kubetest.Cluster, not string, within time.Dur
 // seconds, longer than the tests' 3 s Leases), and renews from then on.
 func waitJoined(t *testing.T, c *kubetest.Cluster, nodes ...string) {
 	t.Helper()
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	cc, err := coordinationclient.NewForConfig(c.Admin)
 	if err != nil {
 		t.Fatal(err)

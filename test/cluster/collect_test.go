@@ -27,10 +27,7 @@ import (
 func TestCollector(t *testing.T) {
 	c := kubetest.Start(t)
 	applyBase(t, c)
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	bin := servertest.Build(t) // first: the retention runs from the status writes below
 	const gone = "node-gone"
 	spec := func(timeout time.Duration) v1alpha1.SandboxSpec {
@@ -47,7 +44,7 @@ func TestCollector(t *testing.T) {
 
 	replica := startAPIReplica(t, c, bin, "--ended-retention", "5s")
 	cl := replica.client(t)
-	_, err = cl.GetSandbox(t.Context(), killed.Name)
+	_, err := cl.GetSandbox(t.Context(), killed.Name)
 	if err == nil || !strings.Contains(err.Error(), "killed by the test") {
 		t.Errorf("GET %s, ended: %v, want 404 with its reason", killed.Name, err)
 	}

@@ -80,10 +80,7 @@ func startReplica(t *testing.T, c *kubetest.Cluster, identity string, led chan<-
 func TestLostAndLeader(t *testing.T) {
 	c := kubetest.Start(t)
 	applyBase(t, c)
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	agent := func(name string) (stop func()) {
 		return startAgent(t, c, node.Config{
 			Namespace: namespace, Name: name, Address: "127.0.0.1:3000",

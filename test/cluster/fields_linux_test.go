@@ -12,7 +12,6 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/client"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
-	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv/servertest"
 )
@@ -54,10 +53,7 @@ func TestCreateFieldsThroughReplicas(t *testing.T) {
 	defer srv.Stop()
 	waitJoined(t, c, nodeName)
 	replica := startAPIReplica(t, c, servertest.Build(t), "--domain", trafficDomain)
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	ctx := t.Context()
 	tag := servertest.RandomHex(t, 6)
 

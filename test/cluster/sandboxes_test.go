@@ -115,10 +115,7 @@ func (f *fakeLocal) calls() (creates, kills []string) {
 func TestNodeSandboxes(t *testing.T) {
 	c := kubetest.Start(t)
 	applyBase(t, c)
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	const name = "node-fake"
 	local := &fakeLocal{
 		live:  map[string]node.LocalSandbox{"uid-of-nothing": {ID: "orphan", StartedAt: time.Now()}},
@@ -207,6 +204,16 @@ func startAgent(t *testing.T, c *kubetest.Cluster, cfg node.Config) (stop func()
 			t.Errorf("node agent %s: %v", cfg.Name, err)
 		}
 	}
+}
+
+// adminClient is a client of c's agent-sandbox.dev kinds as its admin.
+func adminClient(t *testing.T, c *kubetest.Cluster) *rest.RESTClient {
+	t.Helper()
+	rc, err := v1alpha1.NewClient(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
 }
 
 // createSandbox creates Sandbox name with spec (and finalizers, which an

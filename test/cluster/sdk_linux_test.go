@@ -90,9 +90,7 @@ func startSDKCluster(t *testing.T) *sdkCluster {
 	sc.one = startAPIReplica(t, c, bin, "--domain", sc.domain)
 	sc.two = startAPIReplica(t, c, bin, "--domain", sc.domain)
 	forward(t, front, strings.TrimPrefix(sc.one.url, "http://"), strings.TrimPrefix(sc.two.url, "http://"))
-	if sc.rc, err = v1alpha1.NewClient(c.Admin); err != nil {
-		t.Fatal(err)
-	}
+	sc.rc = adminClient(t, c)
 	t.Cleanup(func() {
 		cl, err := client.New(client.Config{APIURL: sc.front, APIKey: testAPIKey})
 		if err != nil {

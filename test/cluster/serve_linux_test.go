@@ -40,10 +40,7 @@ func TestServeNode(t *testing.T) {
 	srv := servertest.New(t, "--backend", "jail", "--address-pool", "10.244.1.0/24", "--warm-pool", "none",
 		"--cluster", "kubernetes", "--kubeconfig", kubeconfig, "--cluster-namespace", namespace, "--node-name", nodeName)
 	srv.Start()
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	tag := servertest.RandomHex(t, 6)
 
 	// Placed on the node: Running, and real.

@@ -80,10 +80,7 @@ func TestTrafficThroughReplicas(t *testing.T) {
 	bin := servertest.Build(t)
 	one := startAPIReplica(t, c, bin, "--domain", trafficDomain)
 	two := startAPIReplica(t, c, bin, "--domain", trafficDomain)
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	ctx := t.Context()
 
 	member := waitWarm(t, rc, nodeName, client.DefaultTemplate, "")

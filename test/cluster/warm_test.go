@@ -101,10 +101,7 @@ func TestWarmMembersThroughReplica(t *testing.T) {
 	c := kubetest.Start(t)
 	applyBase(t, c)
 	bin := servertest.Build(t)
-	rc, err := v1alpha1.NewClient(c.Admin)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc := adminClient(t, c)
 	const nodeName = "node-warm"
 	local := newWarmLocal("iwarmone", "iwarmtwo")
 	stop := startAgent(t, c, node.Config{
