@@ -44,19 +44,19 @@ const FrameRate = 15
 // formats are the containers a recording may be in, with the encoder
 // arguments each takes: fast encoders, since the sandbox's own CPUs pay.
 var formats = map[string][]string{
-	"mp4":  {"-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"},
+	// At a constant frame rate: x11grab stamps frames with the wall
+	// clock and, on a starved CPU, captures late and in bursts; a late
+	// frame is then repeated over its gap, and the video lasts the wall
+	// time it covers (at MP4's default, a variable rate, a "5 s"
+	// recording came out 4.7 s long). -vsync, not its successor
+	// -fps_mode (5.1), which the ffmpeg of older templates (Ubuntu
+	// 22.04's 4.4) refuses.
+	"mp4": {"-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-vsync", "cfr"},
+	// WebM keeps its variable rate: libvpx's realtime encoder fell
+	// further behind at a constant one (more frames to encode after a
+	// stall), and its recordings came out shorter still.
 	"webm": {"-c:v", "libvpx", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "1M"},
 }
-
-// timeline makes the output a constant FrameRate whatever the muxer
-// prefers: x11grab stamps frames with the wall clock, and on a starved CPU
-// it captures late and in bursts; at a variable rate the gaps (and the
-// frames not yet captured when the length is reached) left a "5 s"
-// recording 3.7 s long. At a constant rate a late frame is repeated over
-// its gap, so the video's length is the wall time it covers. -vsync, not
-// its successor -fps_mode (5.1), which the ffmpeg of older templates
-// (Ubuntu 22.04's 4.4) refuses.
-var timeline = []string{"-vsync", "cfr"}
 
 // CheckFormat tells whether format names a container a recording may be
 // in ("mp4", "webm").
@@ -166,7 +166,6 @@ func (r *Recorder) start(ctx context.Context, format string, duration time.Durat
 	args := []string{"sh", "-c", startScript, "sh", rec.Path, pidFile(rec.ID), check,
 		recordScript, "sh", socket, "-nostdin", "-loglevel", "error", "-f", "x11grab", "-framerate", strconv.Itoa(FrameRate), "-i", r.display}
 	args = append(args, formats[format]...)
-	args = append(args, timeline...)
 	if duration > 0 {
 		args = append(args, "-t", strconv.FormatFloat(duration.Seconds(), 'f', -1, 64))
 	}
