@@ -15,7 +15,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Template } from 'e2b'
 
-import { apiFetch, apiKey, apiUrl, createSandbox, hostNetworkChanged, killCreated, launchChromium, loadPage, mode, navigationCut, runTag, waitFor } from './helpers.mjs'
+import { apiFetch, apiKey, apiUrl, createSandbox, killCreated, launchChromium, mode, runTag, waitFor } from './helpers.mjs'
 
 const ARTIFACTS = process.env.SDK_TEST_ARTIFACTS || join(tmpdir(), `agent-sandbox-dashboard-${runTag}`)
 /** A laptop screen. */
@@ -31,24 +31,18 @@ after(killCreated)
 /** The metadata key of this file's own two sandboxes. */
 const LIST_META_KEY = 'sdkTestDashboard'
 
-/**
- * Collects what page logs as an error, fails to load or throws. Chromium
- * runs on the server's host: when a kill takes a sandbox's network
- * interfaces away, it drops its requests in flight with
- * ERR_NETWORK_CHANGED, which it logs; the page sends the kill again
- * (sandbox.js). That is this host's network changing, not the page.
- */
+/** Collects what page logs as an error, fails to load or throws. */
 function watchErrors(page) {
   const errors = []
   // Leaving a page cancels its requests in flight (the list's metrics
   // calls when the test goes to another page): ERR_ABORTED, no console
   // error.
   const leftPage = (text) => text === 'net::ERR_ABORTED'
-  page.on('console', (msg) => msg.type() === 'error' && !hostNetworkChanged(msg.text()) && errors.push(`console: ${msg.text()}`))
+  page.on('console', (msg) => msg.type() === 'error' && errors.push(`console: ${msg.text()}`))
   page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
   page.on('requestfailed', (req) => {
     const text = req.failure()?.errorText ?? ''
-    if (!hostNetworkChanged(text) && !leftPage(text)) errors.push(`request failed: ${req.method()} ${req.url()}: ${text}`)
+    if (!leftPage(text)) errors.push(`request failed: ${req.method()} ${req.url()}: ${text}`)
   })
   return errors
 }
@@ -146,7 +140,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
   /** Signs page in through the form with key; it lands on the sandbox list. */
   async function signIn(page, key = apiKey) {
-    await loadPage(page, `${apiUrl}/dashboard/`)
+    await page.goto(`${apiUrl}/dashboard/`)
     assert.match(page.url(), /\/dashboard\/sign-in$/)
     await page.fill('#key', key)
     await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('button[type=submit]')])
@@ -168,7 +162,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     try {
       // This file's two sandboxes, one a page.
       const mine = `${LIST_META_KEY}=${runTag}`
-      await loadPage(page, `${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
+      await page.goto(`${apiUrl}/dashboard/?limit=1&metadata=${encodeURIComponent(mine)}`)
       const rows = page.locator('#sandboxes tbody tr')
       await rows.first().waitFor()
       assert.equal(await page.inputValue('#metadata'), mine)
@@ -207,7 +201,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     await sbx.files.write('/home/user/from-sdk.txt', `sdk wrote ${runTag}`)
     const { context, page, errors } = await signedInPage()
     try {
-      await loadPage(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
+      await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
       // The file browser starts in the user's home.
       await page.locator('#files tr[data-path="/home/user/from-sdk.txt"]').waitFor({ timeout: 15_000 })
       assert.equal(await page.inputValue('#files-path'), '/home/user')
@@ -239,32 +233,18 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
   test('API keys: create one (shown once), revoke it and the API refuses it; revoking the own key signs out', async (t) => {
     const { context, page, errors } = await signedInPage()
-    /**
-     * Creates a key named name on the keys page; its plaintext. The
-     * create is a request like any other, which a network change on this
-     * host can cut: a user would create it again, and so does the test,
-     * reporting what the page logged.
-     */
+    /** Creates a key named name on the keys page; its plaintext. */
     async function createKey(name) {
-      const listed = page.locator(`#keys tbody tr`, { hasText: name })
-      await waitFor(
-        async () => {
-          const logged = errors.length
-          await page.fill('#key-name', name)
-          await page.click('#create-key button')
-          if (await listed.waitFor({ timeout: 15_000 }).then(() => true, () => false)) return true
-          t.diagnostic(`key ${name} not listed within 15 s (status: ${await page.locator('#status').textContent().catch(() => '?')}; logged: ${JSON.stringify(errors.slice(logged))}); creating it again`)
-          return false
-        },
-        { timeoutMs: 50_000, intervalMs: 0, what: `key ${name} listed` }
-      )
+      await page.fill('#key-name', name)
+      await page.click('#create-key button')
+      await page.locator(`#keys tbody tr`, { hasText: name }).waitFor()
       const key = await page.locator('#new-key-value').innerText()
       assert.match(key, /^e2b_[0-9a-f]{40}$/)
       return key
     }
     const listWith = (key) => apiFetch('/v2/sandboxes?limit=1', { headers: { 'X-API-Key': key } })
     try {
-      await loadPage(page, `${apiUrl}/dashboard/keys`)
+      await page.goto(`${apiUrl}/dashboard/keys`)
       await page.locator('#keys tbody tr', { hasText: '(this session)' }).waitFor()
       const nameA = `dash-a-${runTag}`
       const keyA = await createKey(nameA)
@@ -281,7 +261,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       const keyB = await createKey(nameB)
       const b = await signedInPage(keyB)
       try {
-        await loadPage(b.page, `${apiUrl}/dashboard/keys`)
+        await b.page.goto(`${apiUrl}/dashboard/keys`)
         const own = b.page.locator('#keys tbody tr', { hasText: `${nameB} (this session)` })
         await Promise.all([b.page.waitForURL(/\/dashboard\/sign-in$/), own.locator('button').click()])
         assert.deepEqual((await b.context.cookies()).filter((c) => c.name === 'agent_sandbox_session'), [], 'the session cookie is gone')
@@ -301,7 +281,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
   test('the host page: sandboxes by state, capacity and the backend', async (t) => {
     const { context, page, errors } = await signedInPage()
     try {
-      await loadPage(page, `${apiUrl}/dashboard/host`)
+      await page.goto(`${apiUrl}/dashboard/host`)
       const running = page.locator('#states tr[data-key="running"] td').nth(1)
       await running.waitFor()
       // The page refreshes every 5 s; sandboxes of other files come and go.
@@ -335,7 +315,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
       // The run's other files create sandboxes meanwhile, which can push
       // this one off the list's first page: filtered by this file's
       // metadata, as a user would look for theirs.
-      await loadPage(page, `${apiUrl}/dashboard/?metadata=${encodeURIComponent(`${LIST_META_KEY}=${runTag}`)}`)
+      await page.goto(`${apiUrl}/dashboard/?metadata=${encodeURIComponent(`${LIST_META_KEY}=${runTag}`)}`)
       const row = page.locator(`tr[data-sandbox-id="${sbx.sandboxId}"]`)
       await row.waitFor({ timeout: 15_000 })
       assert.match(await row.innerText(), /running/)
@@ -345,23 +325,11 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
       await Promise.all([page.waitForURL(/\/dashboard\/inspect\/sandbox\//), row.locator('a').click()])
       await page.locator('#info dd', { hasText: 'running' }).waitFor()
-      // The prompt shows when the shell is up. The terminal's script and
-      // WebSocket are requests like any other, which a network change on
-      // this host can cut (see watchErrors and helpers.mjs' loadPage): a user would load the page
-      // again and reopen it, and so does the test, setting aside what the
-      // cut attempt logged.
+      // The prompt shows when the shell is up.
+      await page.click('#open-terminal')
       await waitFor(
-        async () => {
-          const logged = errors.length
-          await page.click('#open-terminal')
-          const prompt = async () => /\$\s*$/m.test(await page.locator('#terminal .xterm-rows').innerText({ timeout: 1_000 }).catch(() => ''))
-          if (await waitFor(prompt, { timeoutMs: 20_000, what: 'the shell prompt' }).then(() => true, () => false)) return true
-          t.diagnostic(`no shell prompt in the terminal within 20 s (logged: ${JSON.stringify(errors.splice(logged))}); loading the page again`)
-          await loadPage(page, page.url())
-          await page.locator('#info dd', { hasText: 'running' }).waitFor()
-          return false
-        },
-        { timeoutMs: 70_000, intervalMs: 0, what: 'a terminal with a shell prompt' },
+        async () => /\$\s*$/m.test(await page.locator('#terminal .xterm-rows').innerText({ timeout: 1_000 }).catch(() => '')),
+        { timeoutMs: 40_000, what: 'the shell prompt in the terminal' },
       )
       await page.locator('#terminal .xterm').click()
       await page.keyboard.type('echo dash-ok', { delay: 10 })
@@ -377,14 +345,7 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
 
       await page.click('#kill')
       try {
-        await page.waitForURL(/\/dashboard\/$/, { waitUntil: 'commit', timeout: 30_000 }).catch(async (err) => {
-          // The kill takes the sandbox's interfaces off this host, which
-          // can abort the page's way back to the list (see watchErrors and helpers.mjs' loadPage);
-          // a user would reload, and so does the test.
-          if (!navigationCut(err)) throw err
-          t.diagnostic(`the way back to the list was cut by the host's network change; loading it again`)
-          await loadPage(page, `${apiUrl}/dashboard/`)
-        })
+        await page.waitForURL(/\/dashboard\/$/, { waitUntil: 'commit', timeout: 30_000 })
       } catch (err) {
         const shot = join(ARTIFACTS, `dashboard-kill-${mode}.png`)
         await page.screenshot({ path: shot, fullPage: true })
@@ -410,11 +371,11 @@ describe(`dashboard (${mode} mode)`, { timeout: 290_000 }, () => {
     built.catch(() => {}) // awaited below
     const { context, page, errors } = await signedInPage()
     try {
-      await loadPage(page, `${apiUrl}/dashboard/templates`)
+      await page.goto(`${apiUrl}/dashboard/templates`)
       const row = page.locator('#builds tbody tr', { hasText: alias }).first()
       await waitFor(
         async () => {
-          await loadPage(page, page.url())
+          await page.goto(page.url())
           await page.locator('#templates tbody tr').first().waitFor()
           return (await row.count()) > 0
         },

@@ -9,7 +9,7 @@ import { request as httpRequest } from 'node:http'
 import { request as httpsRequest } from 'node:https'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Sandbox } from 'e2b'
-import { chromium } from 'playwright-core'
+import { launchInOwnNetns } from '../browser-netns.mjs'
 
 function required(name) {
   const v = process.env[name]
@@ -106,36 +106,6 @@ export async function waitFor(fn, { timeoutMs = 5_000, intervalMs = 100, what = 
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
     await sleep(intervalMs)
   }
-}
-
-/**
- * Whether text (a failure's message) is Chromium dropping a request
- * because its host's network changed: the test browsers run on the
- * server's host, where every sandbox's interfaces come and go.
- */
-export const hostNetworkChanged = (text) => text.includes('net::ERR_NETWORK_CHANGED')
-
-/** Whether a page navigation failed because the host's network changed under it. */
-export const navigationCut = (err) => hostNetworkChanged(err.message) || err.message.includes('interrupted by another navigation to "chrome-error://')
-
-/**
- * Loads url in a Playwright page, again while the host's network changes
- * cut the navigation (sandboxes of the run come and go meanwhile, and a
- * kill's interfaces go some time after it is answered).
- */
-export async function loadPage(page, url) {
-  await waitFor(
-    async () => {
-      try {
-        await page.goto(url)
-        return true
-      } catch (err) {
-        if (!navigationCut(err)) throw err
-        return false
-      }
-    },
-    { timeoutMs: 20_000, intervalMs: 250, what: `${url} to load without the host's network changing under it` },
-  )
 }
 
 /** The backend the runner started the server with ('jail' or 'vm'). */
@@ -266,15 +236,15 @@ export function websocketRequest(url, timeoutMs) {
 const CHROMIUM = process.env.SDK_TEST_CHROMIUM || '/usr/bin/chromium'
 
 /**
- * Headless Chromium for pages the server serves: the suite's domain (the
- * sandbox hosts, and the TLS mode's API host) resolves to this machine,
- * and the TLS mode's certificates are the suite's own CA's.
+ * Headless Chromium for pages the server serves, in a network namespace of
+ * its own (browser-netns.mjs): the suite's domain (the sandbox hosts, and
+ * the TLS mode's API host) resolves to the server there, and the TLS mode's
+ * certificates are the suite's own CA's.
  */
 export function launchChromium() {
-  const domain = new URL(`http://${process.env.E2B_DOMAIN}`).hostname
-  return chromium.launch({
-    executablePath: CHROMIUM,
-    args: [`--host-resolver-rules=MAP *.${domain} 127.0.0.1`, '--ignore-certificate-errors'],
+  const { hostname, port } = new URL(`http://${process.env.E2B_DOMAIN}`)
+  return launchInOwnNetns(CHROMIUM, Number(port), {
+    args: [`--host-resolver-rules=MAP *.${hostname} 127.0.0.1`, '--ignore-certificate-errors'],
   })
 }
 

@@ -17,7 +17,7 @@ import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from 'e2b'
 
-import { RUN_META_KEY, apiFetch, hostUrl, killCreated, launchChromium, liveView, loadPage, mode, runTag, serveDir, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiFetch, hostUrl, killCreated, launchChromium, liveView, mode, runTag, serveDir, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -88,23 +88,15 @@ describe(`live view of a browser sandbox (${mode} mode)`, { timeout: 300_000 }, 
 
   /**
    * Opens url in a fresh page and waits until it has drawn a frame;
-   * answers the page and the frame's size. The page and its WebSocket are
-   * requests like any other, which a network change on this host
-   * (sandboxes of the run come and go) can cut: a user would load the page
-   * again, and so does the test, once.
+   * answers the page and the frame's size.
    */
   async function open(url) {
     const page = await browser.newPage({ viewport: { width: 1024, height: 768 }, ignoreHTTPSErrors: true })
     const errors = []
     page.on('pageerror', (err) => errors.push(err.message))
-    const drawn = () => page.waitForFunction(() => Number(document.getElementById('screen').dataset.frames) > 0, null, { timeout: 30_000 })
-    await loadPage(page, url)
-    await drawn()
-      .catch(async () => {
-        errors.push(`no frame within 30 s (status: ${await page.locator('#status').textContent()}): loaded again`)
-        await loadPage(page, url)
-        return drawn()
-      })
+    await page.goto(url)
+    await page
+      .waitForFunction(() => Number(document.getElementById('screen').dataset.frames) > 0, null, { timeout: 40_000 })
       .catch(async (err) => {
         const status = await page.locator('#status').textContent()
         assert.fail(`no frame drawn: ${err.message}; status: ${status}; page errors: ${errors.join('; ') || 'none'}`)

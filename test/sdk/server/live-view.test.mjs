@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiKey, apiUrl, hostUrl, killCreated, launchChromium, liveView, loadPage, mode, runTag, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiKey, apiUrl, hostUrl, killCreated, launchChromium, liveView, mode, runTag, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -59,25 +59,13 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
     await browser?.close()
   })
 
-  /**
-   * Opens url in a fresh page the display's size and waits until noVNC is
-   * connected. On a loaded host a connection stalls now and then (or a
-   * network change on this host cuts it); the page is then loaded again,
-   * as a user would, and what noVNC said is reported.
-   */
-  async function open(t, url) {
+  /** Opens url in a fresh page the display's size and waits until noVNC is connected. */
+  async function open(url) {
     const page = await browser.newPage({ viewport: DISPLAY, ignoreHTTPSErrors: true })
-    const connected = (timeout) =>
-      page.waitForFunction(() => document.documentElement.classList.contains('noVNC_connected'), null, { timeout })
-    await waitFor(
-      async () => {
-        await loadPage(page, url)
-        if (await connected(25_000).then(() => true, () => false)) return true
-        t.diagnostic(`noVNC not connected after 25 s (status: ${await page.locator('#noVNC_status').textContent()}); loading it again`)
-        return false
-      },
-      { timeoutMs: 80_000, intervalMs: 0, what: 'noVNC connected' }
-    )
+    await page.goto(url)
+    await page
+      .waitForFunction(() => document.documentElement.classList.contains('noVNC_connected'), null, { timeout: 40_000 })
+      .catch(async (err) => assert.fail(`noVNC not connected (status: ${await page.locator('#noVNC_status').textContent()}): ${err.message}`))
     return page
   }
 
@@ -98,7 +86,7 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
   })
 
   test('the view page in headless Chromium shows the desktop', async (t) => {
-    const page = await open(t, links.url)
+    const page = await open(links.url)
     let shot
     // The canvas is black until the first framebuffer update is drawn.
     await waitFor(
@@ -118,7 +106,7 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
     const before = await sbx.getCursorPosition()
     const url = new URL(links.url)
     url.searchParams.set('view_only', 'false') // a client that does not play along
-    const page = await open(t, url.href)
+    const page = await open(url.href)
     await typeIntoTerminal(page, 'echo view > /tmp/live-view-view')
     await page.mouse.move(10, 10)
     await sleep(3000)
@@ -130,7 +118,7 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
   })
 
   test('the takeover link’s input does reach the desktop (the positive control)', async (t) => {
-    const page = await open(t, links.takeoverUrl)
+    const page = await open(links.takeoverUrl)
     await typeIntoTerminal(page, 'echo takeover > /tmp/live-view-takeover')
     await waitFor(
       () => sbx.commands.run('cat /tmp/live-view-takeover').then((r) => r.stdout === 'takeover\n', () => false),
@@ -157,10 +145,10 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
       if (msg.type() === 'error' && (!from || from.startsWith(dashboard))) errors.push(`console: ${msg.text()} (${from})`)
     })
     page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
-    await loadPage(page, `${apiUrl}/dashboard/`)
+    await page.goto(`${apiUrl}/dashboard/`)
     await page.fill('#key', apiKey)
     await Promise.all([page.waitForURL(/\/dashboard\/$/), page.click('button[type=submit]')])
-    await loadPage(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
+    await page.goto(`${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
     await page.click('#live-view')
     const link = page.locator('#live-view-status a')
     await link.waitFor()
@@ -176,20 +164,7 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
         shot = png && lumaVariance(png)
         return shot?.variance > 10
       }
-      // The frame's WebSocket is a request like any other, which a network
-      // change on this host (sandboxes of the run come and go) can cut: a
-      // user would load the page again and reopen the view, and so does
-      // the test.
-      await waitFor(
-        async () => {
-          if (await waitFor(drawn, { timeoutMs: 25_000, intervalMs: 1000 }).then(() => true, () => false)) return true
-          t.diagnostic(`no desktop in the dashboard's live view within 25 s; loading the page again`)
-          await loadPage(page, `${apiUrl}/dashboard/inspect/sandbox/${sbx.sandboxId}`)
-          await page.click('#live-view')
-          return false
-        },
-        { timeoutMs: 80_000, intervalMs: 0, what: 'the desktop in the dashboard’s live view' }
-      ).catch((err) => assert.fail(`${err.message}; the page's errors: ${errors.join('; ') || 'none'}`))
+      await waitFor(drawn, { timeoutMs: 40_000, intervalMs: 1000, what: 'the desktop in the dashboard’s live view' }).catch((err) => assert.fail(`${err.message}; the page's errors: ${errors.join('; ') || 'none'}`))
       t.diagnostic(`dashboard live view: framed, canvas ${shot.width}x${shot.height}, luma variance ${shot.variance.toFixed(0)}`)
     }
     assert.deepEqual(errors, [])
