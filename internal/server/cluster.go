@@ -45,6 +45,12 @@ type ClusterConfig struct {
 	// Retention is how long an API replica's leader keeps a Sandbox
 	// object that ended before it deletes it (control.DefaultRetention).
 	Retention time.Duration
+	// APIQPS and APIBurst bound this process's requests to the API
+	// server (client-go's token bucket, which is 5/s, bursts of 10,
+	// unset: a cluster's creates are several writes each); APIQPS < 0:
+	// no bound, the API server's priority and fairness alone.
+	APIQPS   float64
+	APIBurst int
 }
 
 // validate checks the cluster flags against the listen address.
@@ -61,6 +67,9 @@ func (c *ClusterConfig) validate(listen string) error {
 	}
 	if c.Namespace == "" {
 		return fmt.Errorf("--cluster-namespace is empty: name the namespace of the cluster's objects (in a pod: $POD_NAMESPACE)")
+	}
+	if c.APIQPS == 0 || (c.APIQPS > 0 && c.APIBurst < 1) {
+		return fmt.Errorf("--kube-api-qps %g --kube-api-burst %d: want a rate above 0 and a burst of at least 1, or a negative rate for no bound", c.APIQPS, c.APIBurst)
 	}
 	switch c.Role {
 	case RoleAPI:
@@ -89,19 +98,18 @@ func (c *ClusterConfig) validate(listen string) error {
 }
 
 // kubeConfig is the API server's client config: from the kubeconfig file,
-// or the pod's service account.
+// or the pod's service account; with the request bounds.
 func (c ClusterConfig) kubeConfig() (*rest.Config, error) {
+	var kc *rest.Config
+	var err error
 	if c.Kubeconfig != "" {
-		kc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-		if err != nil {
+		if kc, err = clientcmd.BuildConfigFromFlags("", c.Kubeconfig); err != nil {
 			return nil, fmt.Errorf("reading --kubeconfig %s: %w", c.Kubeconfig, err)
 		}
-		return kc, nil
-	}
-	kc, err := rest.InClusterConfig()
-	if err != nil {
+	} else if kc, err = rest.InClusterConfig(); err != nil {
 		return nil, fmt.Errorf("reaching the API server from the pod (or give --kubeconfig): %w", err)
 	}
+	kc.QPS, kc.Burst = float32(c.APIQPS), c.APIBurst
 	return kc, nil
 }
 

@@ -12,6 +12,9 @@ func TestClusterConfigValidate(t *testing.T) {
 		if c.Namespace == "" {
 			c.Namespace = "agent-sandbox"
 		}
+		if c.APIQPS == 0 {
+			c.APIQPS, c.APIBurst = 200, 400
+		}
 		return c
 	}
 	for _, tc := range []struct {
@@ -33,6 +36,9 @@ func TestClusterConfigValidate(t *testing.T) {
 		{name: "an API replica needs no node name or address", cfg: node(ClusterConfig{Role: RoleAPI, Retention: time.Hour}), listen: ":3000"},
 		{name: "an API replica that keeps nothing ended", cfg: node(ClusterConfig{Role: RoleAPI}), listen: ":3000", wantErr: "--ended-retention"},
 		{name: "another role", cfg: node(ClusterConfig{Role: "scheduler", NodeName: "n1"}), listen: "10.1.2.3:3000", wantErr: "--role"},
+		{name: "no request rate", cfg: node(ClusterConfig{NodeName: "n1", APIQPS: -1}), listen: "10.1.2.3:3000", wantAddress: "10.1.2.3:3000"},
+		{name: "a request rate of 0", cfg: ClusterConfig{Mode: ClusterKubernetes, Namespace: "agent-sandbox", NodeName: "n1", APIBurst: 10}, listen: "10.1.2.3:3000", wantErr: "--kube-api-qps"},
+		{name: "a request rate without a burst", cfg: node(ClusterConfig{NodeName: "n1", APIQPS: 50}), listen: "10.1.2.3:3000", wantErr: "--kube-api-burst"},
 		{name: "a role without a cluster", cfg: ClusterConfig{Role: RoleAPI}, listen: ":3000", wantErr: "--role"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 )
 
 // ErrNoNode is returned by placement when no live node has a free slot.
-var ErrNoNode = errors.New("no live node has room for another sandbox")
+var ErrNoNode = errors.New("no live node that is not cordoned has room for another sandbox")
 
 // Candidate is a node as placement sees it.
 type Candidate struct {
@@ -64,31 +64,33 @@ func (c Candidate) free() int {
 }
 
 // Place chooses, at now, the node of a new sandbox of template: among the
-// nodes whose Lease is live and that have a free slot, one with a warm
+// nodes whose Lease is live, that are not cordoned and that have a free
+// slot, one with a warm
 // member of the template (no boot before the sandbox runs), then one with
 // the template built (no build or copy), then the one with the most free
-// slots (spreading the load), then by name, so that the choice is the
-// same on every replica.
+// slots, then the fewest sandboxes (spreading the load, also over nodes
+// without a cap, whose free slots tie), then by name, so that the choice
+// is the same on every replica.
 func Place(template string, candidates []Candidate, now time.Time) (string, error) {
 	type option struct {
 		name        string
 		warm, built bool
-		free        int
+		free, used  int
 	}
 	var options []option
 	for _, c := range candidates {
-		if c.Lease == nil || node.Expired(c.Lease, now) {
+		if c.Lease == nil || node.Expired(c.Lease, now) || c.Node.Status.Unschedulable {
 			continue
 		}
 		if free := c.free(); free > 0 {
-			options = append(options, option{c.Node.Name, len(c.Warm) > 0, slices.Contains(c.Node.Status.Templates, template), free})
+			options = append(options, option{c.Node.Name, len(c.Warm) > 0, slices.Contains(c.Node.Status.Templates, template), free, c.used()})
 		}
 	}
 	if len(options) == 0 {
 		return "", fmt.Errorf("placing a sandbox of template %q on one of %d nodes: %w", template, len(candidates), ErrNoNode)
 	}
 	best := slices.MinFunc(options, func(a, b option) int {
-		return cmp.Or(first(a.warm, b.warm), first(a.built, b.built), cmp.Compare(b.free, a.free), cmp.Compare(a.name, b.name))
+		return cmp.Or(first(a.warm, b.warm), first(a.built, b.built), cmp.Compare(b.free, a.free), cmp.Compare(a.used, b.used), cmp.Compare(a.name, b.name))
 	})
 	return best.name, nil
 }

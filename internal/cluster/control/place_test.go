@@ -56,6 +56,11 @@ func TestPlace(t *testing.T) {
 	noLease.Lease = nil
 	reserved := candidate("reserved", 2, 0, base)
 	reserved.Reserved = 2
+	cordoned := candidate("cordoned", 10, 0, base)
+	cordoned.Node.Status.Unschedulable = true
+	cordoned.Warm = []string{"iwarm3"}
+	reservedUncapped := candidate("reserved-uncapped", 0, 0, base)
+	reservedUncapped.Reserved = 2
 	warm := candidate("warm", 10, 8, base)
 	warm.Warm = []string{"iwarm1"}
 	fullWarm := candidate("full-warm", 2, 2, base)
@@ -70,6 +75,8 @@ func TestPlace(t *testing.T) {
 		{"none", "base", nil, ""},
 		{"the only live one", "base", []Candidate{expired, noLease, candidate("live", 10, 9, base)}, "live"},
 		{"only dead ones", "base", []Candidate{expired, noLease}, ""},
+		{"a cordoned node is passed over, even with a warm member", "base", []Candidate{cordoned, candidate("busy", 10, 9, base)}, "busy"},
+		{"only cordoned ones", "base", []Candidate{cordoned}, ""},
 		{"the most free slots", "base", []Candidate{candidate("a", 10, 5, base), candidate("b", 10, 2, base), candidate("c", 4, 0, base)}, "b"},
 		{"ties by name", "base", []Candidate{candidate("b", 10, 2, base), candidate("a", 10, 2, base)}, "a"},
 		{"the template built before free slots", "desktop", []Candidate{candidate("empty", 10, 0, base), candidate("busy", 10, 8, []string{"base", "desktop"})}, "busy"},
@@ -86,6 +93,8 @@ func TestPlace(t *testing.T) {
 		{"a warm member before the template built", "base", []Candidate{candidate("cold", 10, 0, base), warm}, "warm"},
 		{"a full node's warm member is passed over", "base", []Candidate{candidate("cold", 10, 0, base), fullWarm}, "cold"},
 		{"capacity 0 is no cap", "base", []Candidate{candidate("uncapped", 0, 500, base), candidate("capped", 1000, 0, base)}, "uncapped"},
+		{"without caps: the fewest sandboxes", "base", []Candidate{candidate("a", 0, 5, base), candidate("b", 0, 2, base, pending), candidate("c", 0, 4, base)}, "b"},
+		{"without caps: reservations count", "base", []Candidate{candidate("a", 0, 1, base), reservedUncapped}, "a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
