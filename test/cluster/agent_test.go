@@ -9,14 +9,17 @@ import (
 	"os/exec"
 	"os/signal"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
@@ -86,7 +89,7 @@ func runAgent(spec string) int {
 
 // TestNodeAgentHeartbeat runs a node agent as the node role in a process
 // of its own: its Lease is created and renewed and its SandboxNode
-// published; killed with SIGKILL, its Lease stops moving and expires
+// published, with its Kubernetes Node's cordon and uncordon; killed with SIGKILL, its Lease stops moving and expires
 // within its duration.
 func TestNodeAgentHeartbeat(t *testing.T) {
 	c := kubetest.Start(t)
@@ -147,6 +150,13 @@ func TestNodeAgentHeartbeat(t *testing.T) {
 		prev = l.Spec.RenewTime.Time
 	}
 	checkPublished(t, c, p)
+
+	// Cordoned (kubectl cordon on its Kubernetes Node, as drain does
+	// first): published within a renewal or two, and so uncordoned.
+	for _, on := range []bool{true, false} {
+		took := cordon(t, c, name, on, 5*renew)
+		t.Logf("unschedulable %v published %s after kubectl", on, took.Round(time.Millisecond))
+	}
 
 	// Killed: the Lease stops moving and is expired within its duration.
 	if err := cmd.Process.Kill(); err != nil {
@@ -212,4 +222,35 @@ func checkPublished(t *testing.T, c *kubetest.Cluster, p agentProcess) {
 		t.Errorf("sandboxnode %s: address %q status %+v, want %q %+v", p.Name, n.Spec.Address, n.Status, p.Address, want)
 	}
 	t.Logf("kubectl get sandboxnodes -n %s:\n%s", namespace, kubectl(t, c, "get", "sandboxnodes", "-n", namespace))
+}
+
+// cordon runs kubectl cordon (on) or uncordon on the Kubernetes Node name,
+// creating the Node first if there is none (no kubelet registers one
+// here), and waits until the node agent has published it in the
+// SandboxNode's status; it returns how long that took.
+func cordon(t *testing.T, c *kubetest.Cluster, name string, on bool, within time.Duration) time.Duration {
+	t.Helper()
+	core, err := corev1client.NewForConfig(c.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = core.Nodes().Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating Node %s: %v", name, err)
+	}
+	verb := map[bool]string{true: "cordon", false: "uncordon"}[on]
+	t0 := time.Now()
+	t.Logf("kubectl %s %s: %s", verb, name, strings.TrimSpace(kubectl(t, c, verb, name)))
+	rc := adminClient(t, c)
+	for {
+		var n v1alpha1.SandboxNode
+		err := rc.Get().Namespace(namespace).Resource(v1alpha1.SandboxNodeResource).Name(name).Do(t.Context()).Into(&n)
+		if err == nil && n.Status.Unschedulable == on {
+			return time.Since(t0)
+		}
+		if time.Since(t0) > within {
+			t.Fatalf("sandboxnode %s: status.unschedulable not %v %s after kubectl %s (%v)", name, on, within, verb, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -80,6 +80,8 @@ func TestManifests(t *testing.T) {
 		"customresourcedefinition.apiextensions.k8s.io/sandboxnodes.agent-sandbox.dev serverside-applied",
 		"role.rbac.authorization.k8s.io/agent-sandbox-node serverside-applied",
 		"role.rbac.authorization.k8s.io/agent-sandbox-api serverside-applied",
+		"clusterrole.rbac.authorization.k8s.io/agent-sandbox-node serverside-applied",
+		"clusterrolebinding.rbac.authorization.k8s.io/agent-sandbox-node serverside-applied",
 		"configmap/agent-sandbox serverside-applied",
 		"daemonset.apps/agent-sandbox-node serverside-applied",
 		"deployment.apps/agent-sandbox-api serverside-applied",
@@ -124,6 +126,9 @@ func checkRBAC(t *testing.T, c *kubetest.Cluster) {
 		{"node", "update", g, "sandboxes", "", "sb-1", false},
 		{"node", "patch", g, "sandboxes", "", "sb-1", true}, // its finalizer
 		{"node", "get", "", "secrets", "", "", false},
+		{"node", "get", "", "nodes", "", "node-1", true}, // whether it is cordoned
+		{"node", "list", "", "nodes", "", "", false},
+		{"node", "update", "", "nodes", "", "node-1", false},
 		{"api", "create", g, "sandboxes", "", "", true},
 		{"api", "delete", g, "sandboxes", "", "sb-1", true},
 		{"api", "patch", g, "sandboxes", "status", "sb-1", true},
@@ -135,17 +140,22 @@ func checkRBAC(t *testing.T, c *kubetest.Cluster) {
 		{"api", "update", coord, "leases", "", "agent-sandbox-api-leader", true},
 		{"api", "get", "", "secrets", "", "", false},
 		{"api", "create", "", "pods", "", "", false},
+		{"api", "get", "", "nodes", "", "node-1", false},
 	}
 	accounts := map[string]account{"node": nodeAccount, "api": apiAccount}
 	ctx := t.Context()
 	var table strings.Builder
 	for _, r := range rules {
 		a := accounts[r.who]
+		ns := namespace
+		if r.resource == "nodes" { // cluster-scoped
+			ns = ""
+		}
 		review, err := az.SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: a.user, Groups: a.groups,
 				ResourceAttributes: &authorizationv1.ResourceAttributes{
-					Namespace: namespace, Verb: r.verb, Group: r.group, Resource: r.resource, Subresource: r.sub, Name: r.name,
+					Namespace: ns, Verb: r.verb, Group: r.group, Resource: r.resource, Subresource: r.sub, Name: r.name,
 				},
 			},
 		}, metav1.CreateOptions{})

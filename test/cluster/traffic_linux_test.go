@@ -14,6 +14,7 @@ import (
 
 	"github.com/agent-sandbox/agent-sandbox/client"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv/servertest"
@@ -204,6 +205,25 @@ func TestTrafficThroughReplicas(t *testing.T) {
 		t.Fatalf("right after the kill, through %s: %d %s, want 502 not found", one.url, status, body)
 	}
 	t.Logf("right after the kill, through %s: %d %s", one.url, status, strings.TrimSpace(body))
+
+	// Cordoned (kubectl cordon, as drain does first), the node takes no
+	// new sandbox; uncordoned, it does again.
+	took = cordon(t, c, nodeName, true, 2*node.DefaultRenewInterval)
+	_, err = cl1.CreateSandbox(ctx, client.CreateOptions{Template: client.DefaultTemplate, Timeout: time.Minute})
+	t.Logf("cordoned (published %s after kubectl cordon): create through %s: %v", took.Round(time.Millisecond), one.url, err)
+	if err == nil || !strings.Contains(err.Error(), "cordoned") {
+		t.Fatalf("a create with the only node cordoned: %v, want refused, naming the cordon", err)
+	}
+	took = cordon(t, c, nodeName, false, 2*node.DefaultRenewInterval)
+	again, err := cl1.CreateSandbox(ctx, client.CreateOptions{Template: client.DefaultTemplate, Timeout: time.Minute})
+	if err != nil {
+		t.Fatalf("a create once uncordoned (published %s after kubectl uncordon): %v", took.Round(time.Millisecond), err)
+	}
+	srv.Made = append(srv.Made, again.ID)
+	t.Logf("uncordoned (published %s after kubectl uncordon): sandbox %s created through %s", took.Round(time.Millisecond), again.ID, one.url)
+	if err := cl1.KillSandbox(ctx, again.ID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitWarm waits until node publishes a warm member of template other

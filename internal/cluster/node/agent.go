@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -99,6 +100,7 @@ type Agent struct {
 
 	lease     *coordinationv1.Lease // the last one written, for its resourceVersion
 	published *v1alpha1.SandboxNode // the last one written
+	cordoned  bool                  // the Kubernetes Node's spec.unschedulable, last read
 	sandboxes *sandboxes            // nil without Config.Local
 }
 
@@ -183,7 +185,38 @@ func (a *Agent) round(ctx context.Context, timeout time.Duration) error {
 	if err := a.renew(ctx); err != nil {
 		return err
 	}
+	if err := a.readCordon(ctx); err != nil {
+		return err
+	}
 	return a.publish(ctx)
+}
+
+// readCordon reads whether the Kubernetes Node of the node's name is
+// unschedulable (kubectl cordon, or drain), which the SandboxNode
+// publishes. A host that is no Node of the cluster (none of that name) is
+// schedulable. Only spec.unschedulable is decoded: the Node's kind is not
+// in the agent's scheme (kubeclient).
+func (a *Agent) readCordon(ctx context.Context) error {
+	res := a.nodes.Get().AbsPath("/api/v1/nodes", a.cfg.Name).Do(ctx)
+	raw, _ := res.Raw()
+	err := res.Error() // the API server's Status, which Raw leaves undecoded
+	if apierrors.IsNotFound(err) {
+		a.cordoned = false
+		return nil
+	}
+	var n struct {
+		Spec struct {
+			Unschedulable bool `json:"unschedulable"`
+		} `json:"spec"`
+	}
+	if err == nil {
+		err = json.Unmarshal(raw, &n)
+	}
+	if err != nil {
+		return fmt.Errorf("reading whether node %s is cordoned: %w", a.cfg.Name, err)
+	}
+	a.cordoned = n.Spec.Unschedulable
+	return nil
 }
 
 // renew writes the Lease's renewTime, creating the Lease the first time.
@@ -236,7 +269,7 @@ func (a *Agent) newLease(now metav1.MicroTime) *coordinationv1.Lease {
 // was last written: at start, and when the node's usage changed.
 func (a *Agent) publish(ctx context.Context) error {
 	u := a.cfg.Usage()
-	want := v1alpha1.SandboxNodeStatus{Capacity: a.cfg.Capacity, Sandboxes: u.Sandboxes, Templates: slices.Sorted(slices.Values(u.Templates)), Warm: u.Warm}
+	want := v1alpha1.SandboxNodeStatus{Capacity: a.cfg.Capacity, Sandboxes: u.Sandboxes, Templates: slices.Sorted(slices.Values(u.Templates)), Warm: u.Warm, Unschedulable: a.cordoned}
 	if p := a.published; p != nil && p.Spec.Address == a.cfg.Address && statusEqual(p.Status, want) {
 		return nil
 	}
@@ -291,7 +324,7 @@ func (a *Agent) ensureNode(ctx context.Context) (*v1alpha1.SandboxNode, error) {
 
 func statusEqual(a, b v1alpha1.SandboxNodeStatus) bool {
 	return a.Capacity == b.Capacity && a.Sandboxes == b.Sandboxes && slices.Equal(a.Templates, b.Templates) &&
-		maps.EqualFunc(a.Warm, b.Warm, slices.Equal)
+		maps.EqualFunc(a.Warm, b.Warm, slices.Equal) && a.Unschedulable == b.Unschedulable
 }
 
 // Expired says whether a node's Lease has gone unrenewed for longer than

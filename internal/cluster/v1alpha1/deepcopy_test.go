@@ -26,7 +26,7 @@ func full() []runtime.Object {
 		TypeMeta:   metav1.TypeMeta{Kind: "SandboxNode", APIVersion: GroupVersion.String()},
 		ObjectMeta: meta,
 		Spec:       SandboxNodeSpec{Address: "10.0.0.1:3000"},
-		Status:     SandboxNodeStatus{Capacity: NodeCapacity{Sandboxes: 1, CPUs: 2, MemoryMiB: 3}, Sandboxes: 1, Templates: []string{"base"}, Warm: map[string][]string{"base": {"iwarm1"}}},
+		Status:     SandboxNodeStatus{Capacity: NodeCapacity{Sandboxes: 1, CPUs: 2, MemoryMiB: 3}, Sandboxes: 1, Templates: []string{"base"}, Warm: map[string][]string{"base": {"iwarm1"}}, Unschedulable: true},
 	}
 	return []runtime.Object{
 		&sb,

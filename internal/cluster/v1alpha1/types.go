@@ -193,6 +193,10 @@ type SandboxNodeStatus struct {
 	// template by one of them, and the node hands out that member rather
 	// than booting a sandbox (a member's ID is fixed when it boots).
 	Warm map[string][]string `json:"warm,omitempty"`
+	// Unschedulable is the Kubernetes Node's of the same name, as the
+	// agent last read it: a cordoned (or draining) node takes no new
+	// placements; what runs there goes on.
+	Unschedulable bool `json:"unschedulable,omitempty"`
 }
 
 // NodeCapacity is the most a node takes.
