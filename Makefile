@@ -7,7 +7,7 @@ LDFLAGS  := -s -w -X github.com/agent-sandbox/agent-sandbox/internal/cli.version
 BUF      := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: dashboard-vendor build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery test-cluster kube-tools bench-smoke deps deps-test generate lint bench-envd clean
+.PHONY: dashboard-vendor build serve test test-go test-sdk test-sdk-vm test-sdk-gvisor test-recovery test-cluster kube-tools bench-cluster bench-smoke deps deps-test generate lint bench-envd clean
 
 ## build: bin/agent-sandbox and bin/envd, both static
 build:
@@ -121,12 +121,21 @@ kube-tools:
 ## seeded with the base template test-sdk built, as test-recovery's), and three
 ## real nodes on stand-in hosts (network and mount namespaces) with two API
 ## replicas driven by the official E2B SDK of test/sdk (deps-test installs it):
-## a replica and a node killed on the way, and test/sdk's core server files
-## (lifecycle, router, ports) through the replicas. About 4 min once
+## a replica and a node killed on the way, test/sdk's core server files
+## (lifecycle, router, ports) through the replicas, and a smoke run of the
+## bench's cluster figures (TestBenchCluster). About 7 min once
 ## kube-tools has built (its first build, on a fresh machine, is some 8 to 10
 ## minutes on 2 cores; then cached), plus any wait for the host lock.
 test-cluster: deps-test kube-tools
 	env $$(scripts/kube-tools.sh --print) $(GO) test -count=1 -timeout 20m -v ./test/cluster/
+
+## bench-cluster: the bench's cluster figures (create→ready through an API
+## replica with warm pools on the nodes and without, creates/s at c=50 across
+## three nodes) beside its single-host figures and baselines, in one run with
+## the full sample counts: test/cluster's TestBenchCluster, which test-cluster
+## runs as a smoke run, on the same stand-in cluster. About 15 min.
+bench-cluster: kube-tools
+	env $$(scripts/kube-tools.sh --print) AGENT_SANDBOX_BENCH_FULL=1 $(GO) test -count=1 -timeout 60m -v -run '^TestBenchCluster$$' ./test/cluster/
 
 ## bench-smoke: `agent-sandbox bench --quick`, so the benchmark cannot rot. It
 ## fails when the bench cannot measure, never on a figure. Its data dir is its

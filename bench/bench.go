@@ -33,6 +33,9 @@ type Options struct {
 	Quick    bool   // smoke mode: a few samples of every figure
 	// Only names the groups of figures to measure (Groups); empty: all.
 	Only []string
+	// Cluster starts the cluster of the "cluster" figures; nil: they are
+	// not measured.
+	Cluster ClusterStart
 
 	Samples       int           // serial samples per latency figure (default 50, quick 3)
 	VMSamples     int           // the same for the vm figures (default 20, quick 2)
@@ -46,7 +49,7 @@ type Options struct {
 }
 
 // Groups are the groups of figures a run measures, for Options.Only.
-var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle", "browser", "vm", "gvisor"}
+var Groups = []string{"baselines", "pooled", "cold", "neighbours", "disk", "lifecycle", "browser", "vm", "gvisor", "cluster"}
 
 // runs reports whether the run measures group.
 func (o *Options) runs(group string) bool { return len(o.Only) == 0 || slices.Contains(o.Only, group) }
@@ -259,6 +262,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			r.Figures = append(r.Figures, figs...)
 		}
 	}
+	if opts.runs("cluster") {
+		figs, err := measureCluster(ctx, &opts)
+		if err != nil {
+			return nil, fmt.Errorf("cluster figures: %w", err)
+		}
+		r.Figures = append(r.Figures, figs...)
+	}
 	r.Duration = opts.now().Sub(r.StartedAt).Round(time.Second).String()
 	r.finish()
 	return r, nil
@@ -270,17 +280,21 @@ func withServer(ctx context.Context, opts *Options, spec serverSpec, f func(*ser
 	if err != nil {
 		return nil, err
 	}
-	c, err := newClient(s.url, s.apiKey)
+	return measureAt(s.url, s.apiKey, "the server", s.stop, func(c *client.Client) ([]*Figure, error) { return f(s, c) })
+}
+
+// measureAt runs f with a client of the server at url, then stops what
+// serves there (named what) whatever f did.
+func measureAt(url, apiKey, what string, stop func() error, f func(*client.Client) ([]*Figure, error)) ([]*Figure, error) {
+	c, err := newClient(url, apiKey)
+	var figs []*Figure
 	if err == nil {
-		var figs []*Figure
-		figs, err = f(s, c)
-		if serr := s.stop(); err == nil && serr != nil {
-			err = fmt.Errorf("stopping the server: %w", serr)
-		}
-		return figs, err
+		figs, err = f(c)
 	}
-	_ = s.stop()
-	return nil, err
+	if serr := stop(); err == nil && serr != nil {
+		err = fmt.Errorf("stopping %s: %w", what, serr)
+	}
+	return figs, err
 }
 
 // newClient talks to the server at url, routing sandbox traffic by header

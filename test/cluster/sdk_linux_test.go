@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/agent-sandbox/agent-sandbox/client"
-	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/node"
 	"github.com/agent-sandbox/agent-sandbox/internal/cluster/v1alpha1"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv"
@@ -56,16 +54,7 @@ func startSDKCluster(t *testing.T) *sdkCluster {
 	if _, err := os.Stat(filepath.Join(sdkDir, "node_modules", "e2b")); err != nil {
 		t.Fatalf("the official SDK is not installed (make deps-test, or npm ci in test/sdk): %v", err)
 	}
-	c := kubetest.Start(t)
-	applyBase(t, c)
-	kubeconfig, err := c.KubeconfigAs(nodeAccount.user, nodeAccount.groups...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	apiServer, err := url.Parse(c.Admin.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, hosts, kubeconfig := standInCluster(t, 3)
 	front, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -73,17 +62,7 @@ func startSDKCluster(t *testing.T) *sdkCluster {
 	sc := &sdkCluster{sdkDir: sdkDir, names: []string{"node-a", "node-b", "node-c"}, nodes: map[string]*servertest.Server{},
 		front: "http://" + front.Addr().String(), domain: fmt.Sprintf("localhost:%d", front.Addr().(*net.TCPAddr).Port)}
 	for i, name := range sc.names {
-		h := newStandInHost(t, i)
-		h.relay(t, apiServer.Host)
-		srv := h.node(t, "--backend", "jail", "--warm-pool", "none", "--domain", sc.domain, "--max-sandboxes", "6",
-			"--cluster", "kubernetes", "--kubeconfig", kubeconfig, "--cluster-namespace", namespace, "--node-name", name)
-		srv.Start()
-		t.Cleanup(func() {
-			if srv.Running() { // else servertest's teardown restarts it to clean up
-				srv.Stop()
-			}
-		})
-		sc.nodes[name] = srv
+		sc.nodes[name] = hosts[i].agent(t, name, kubeconfig, "--warm-pool", "none", "--domain", sc.domain, "--max-sandboxes", "6")
 	}
 	waitJoined(t, c, sc.names...)
 	bin := servertest.Build(t)

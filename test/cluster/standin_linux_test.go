@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/agent-sandbox/agent-sandbox/internal/cluster/kubetest"
 	"github.com/agent-sandbox/agent-sandbox/internal/network"
 	"github.com/agent-sandbox/agent-sandbox/internal/testenv/servertest"
 )
@@ -142,6 +144,30 @@ func forward(t *testing.T, ln net.Listener, backends ...string) {
 	}()
 }
 
+// standInCluster starts an API server with deploy/kubernetes applied and n
+// stand-in hosts that reach it (relay); it returns them with the node
+// role's kubeconfig.
+func standInCluster(t *testing.T, n int) (*kubetest.Cluster, []*standInHost, string) {
+	t.Helper()
+	c := kubetest.Start(t)
+	applyBase(t, c)
+	kubeconfig, err := c.KubeconfigAs(nodeAccount.user, nodeAccount.groups...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiServer, err := url.Parse(c.Admin.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hosts []*standInHost
+	for i := range n {
+		h := newStandInHost(t, i)
+		h.relay(t, apiServer.Host)
+		hosts = append(hosts, h)
+	}
+	return c, hosts, kubeconfig
+}
+
 // node prepares a node agent on the host: a real `serve --cluster
 // kubernetes` of the jail backend listening on the host's address.
 func (h *standInHost) node(t *testing.T, flags ...string) *servertest.Server {
@@ -149,6 +175,21 @@ func (h *standInHost) node(t *testing.T, flags ...string) *servertest.Server {
 	srv := servertest.New(t, flags...)
 	srv.Wrap = h.wrap()
 	srv.Listen = h.Addr + ":3000"
+	return srv
+}
+
+// agent starts node agent name on the host, with kubeconfig and serve's
+// flags besides the cluster's; it is stopped when the test ends.
+func (h *standInHost) agent(t *testing.T, name, kubeconfig string, flags ...string) *servertest.Server {
+	t.Helper()
+	srv := h.node(t, append([]string{"--backend", "jail", "--cluster", "kubernetes", "--kubeconfig", kubeconfig,
+		"--cluster-namespace", namespace, "--node-name", name}, flags...)...)
+	srv.Start()
+	t.Cleanup(func() {
+		if srv.Running() { // else servertest's teardown restarts it to clean up
+			srv.Stop()
+		}
+	})
 	return srv
 }
 
