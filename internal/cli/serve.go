@@ -234,8 +234,8 @@ func addClusterFlags(fs *flag.FlagSet, c *server.ClusterConfig) {
 	fs.StringVar(&c.NodeName, "node-name", cmp.Or(os.Getenv("NODE_NAME"), host), "`NAME` of this node in cluster mode: its Lease's and SandboxNode's")
 	fs.DurationVar(&c.Retention, "ended-retention", control.DefaultRetention, "how long the leading API replica keeps a Sandbox object that ended (Killed, Lost, Error: get says why) before it deletes it, as a `DURATION`, in cluster mode with --role api")
 	fs.StringVar(&c.NodeAddress, "node-address", "", "`HOST:PORT` API replicas reach this node's sandboxes at, in cluster mode; default: --listen")
-	fs.Float64Var(&c.APIQPS, "kube-api-qps", 200, "most requests per second to the API server in cluster mode (a `RATE`; a create is several writes); negative: no bound but the API server's priority and fairness")
-	fs.IntVar(&c.APIBurst, "kube-api-burst", 400, "most requests to the API server at once above --kube-api-qps in cluster mode (a `COUNT`)")
+	fs.Float64Var(&c.APIQPS, "kube-api-qps", 200, "most requests per second, a `RATE`, to the API server in cluster mode (a create is several writes); negative: no bound but the API server's priority and fairness")
+	fs.IntVar(&c.APIBurst, "kube-api-burst", 400, "most requests, a `COUNT`, to the API server at once above --kube-api-qps in cluster mode")
 }
 
 // addBuildFlags defines the flags of template builds, which run each step
