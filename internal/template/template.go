@@ -299,7 +299,9 @@ func (b *Builder) List() ([]Template, error) {
 			continue
 		}
 		versions, err := os.ReadDir(filepath.Join(b.templatesDir(), n.Name()))
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // deleted since the first read: the list is not "not found"
+		} else if err != nil {
 			return nil, fmt.Errorf("listing templates: %w", err)
 		}
 		for _, v := range versions {

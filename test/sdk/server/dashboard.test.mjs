@@ -40,6 +40,8 @@ function watchErrors(page) {
   const leftPage = (text) => text === 'net::ERR_ABORTED'
   page.on('console', (msg) => msg.type() === 'error' && errors.push(`console: ${msg.text()}`))
   page.on('pageerror', (err) => errors.push(`page error: ${err.message}`))
+  // The console's "Failed to load resource" names no URL: this does.
+  page.on('response', (res) => res.status() >= 400 && errors.push(`response: ${res.status()} ${res.request().method()} ${res.url()}`))
   page.on('requestfailed', (req) => {
     const text = req.failure()?.errorText ?? ''
     if (!leftPage(text)) errors.push(`request failed: ${req.method()} ${req.url()}: ${text}`)
