@@ -29,6 +29,10 @@ type fakeLocal struct {
 	creates []string                     // the keys Create was called with
 	kills   []string                     // the IDs Kill was called with
 	endAt   map[string]time.Time         // by ID, what SetEndAt set
+	// gate, if set, holds every Create until it is closed; inFlight
+	// counts the Creates held there now.
+	gate     chan struct{}
+	inFlight int
 }
 
 var _ node.Local = (*fakeLocal)(nil)
@@ -51,12 +55,20 @@ func (f *fakeLocal) Held(context.Context) (map[string]node.LocalSandbox, error) 
 
 func (f *fakeLocal) Create(_ context.Context, _, key string, spec v1alpha1.SandboxSpec) (node.LocalSandbox, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	f.creates = append(f.creates, key)
+	id := fmt.Sprintf("local-%d", len(f.creates))
+	if gate := f.gate; gate != nil {
+		f.inFlight++
+		f.mu.Unlock()
+		<-gate
+		f.mu.Lock()
+		f.inFlight--
+	}
+	defer f.mu.Unlock()
 	if spec.Template != "base" {
 		return node.LocalSandbox{}, fmt.Errorf("template %q not found", spec.Template)
 	}
-	ls := node.LocalSandbox{ID: fmt.Sprintf("local-%d", len(f.creates)), StartedAt: time.Now()}
+	ls := node.LocalSandbox{ID: id, StartedAt: time.Now()}
 	f.live[key] = ls
 	return ls, nil
 }
@@ -203,6 +215,69 @@ func startAgent(t *testing.T, c *kubetest.Cluster, cfg node.Config) (stop func()
 		if err := <-done; err != nil {
 			t.Errorf("node agent %s: %v", cfg.Name, err)
 		}
+	}
+}
+
+// TestNodeCreatesAtOnce runs a node agent over a Local whose creates wait
+// for the test: three Sandboxes placed at once are all being created at
+// the same moment (a burst of creates is a burst of boots, as on a single
+// host), and one deleted while its create waits is killed once the create
+// is done, its deletion then complete (the node's finalizer removed).
+func TestNodeCreatesAtOnce(t *testing.T) {
+	c := kubetest.Start(t)
+	applyBase(t, c)
+	rc := adminClient(t, c)
+	const name = "node-burst"
+	gate := make(chan struct{})
+	local := newFakeLocal()
+	local.gate = gate
+	stop := startAgent(t, c, node.Config{
+		Namespace: namespace, Name: name, Address: "127.0.0.1:3000",
+		Usage:         func() node.Usage { return node.Usage{} },
+		LeaseDuration: 5 * time.Second, RenewInterval: time.Second,
+		Local: local, CheckInterval: 100 * time.Millisecond,
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(gate)
+		}
+		stop()
+	}()
+
+	spec := v1alpha1.SandboxSpec{Template: "base", Timeout: metav1.Duration{Duration: time.Minute}, Node: name}
+	var objs []*v1alpha1.Sandbox
+	for i := range 3 {
+		objs = append(objs, createSandbox(t, rc, fmt.Sprintf("sbx-burst-%d", i), spec, v1alpha1.NodeFinalizer))
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		local.mu.Lock()
+		n := local.inFlight
+		local.mu.Unlock()
+		if n == len(objs) {
+			t.Logf("%d creates in flight at once", n)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d creates in flight 10 s after %d Sandboxes were placed, want all at once", n, len(objs))
+		}
+	}
+	doomed := objs[2]
+	if err := rc.Delete().Namespace(namespace).Resource(v1alpha1.SandboxResource).Name(doomed.Name).Do(t.Context()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the deletion reaches the agent while the create waits
+	close(gate)
+	released = true
+	for _, o := range objs[:2] {
+		got, took := waitState(t, rc, o.Name, v1alpha1.SandboxRunning, 10*time.Second)
+		t.Logf("Sandbox %s: Running %s after the creates were let go (local %s)", o.Name, took.Round(time.Millisecond), got.Status.Node)
+	}
+	took := waitGone(t, rc, doomed.Name, 10*time.Second)
+	creates, kills := local.calls()
+	t.Logf("Sandbox %s, deleted while its create waited: gone %s after; creates %v, kills %v", doomed.Name, took.Round(time.Millisecond), creates, kills)
+	if len(creates) != 3 || len(kills) != 1 {
+		t.Errorf("creates %v, kills %v: want three creates and the deleted one's sandbox killed", creates, kills)
 	}
 }
 

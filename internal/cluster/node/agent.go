@@ -124,7 +124,7 @@ func New(kube *rest.Config, cfg Config, log *slog.Logger) (*Agent, error) {
 		log:    log.With("node", cfg.Name),
 	}
 	if cfg.Local != nil {
-		a.sandboxes = &sandboxes{client: nodes, namespace: cfg.Namespace, node: cfg.Name, local: cfg.Local, check: cfg.CheckInterval, log: a.log}
+		a.sandboxes = newSandboxes(nodes, cfg.Namespace, cfg.Name, cfg.Local, cfg.CheckInterval, a.log)
 	}
 	return a, nil
 }

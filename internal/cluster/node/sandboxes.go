@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -72,8 +73,11 @@ type held struct {
 // sandboxes acts on the Sandbox objects whose spec.node is this node: it
 // lists and watches them (resuming from the last resourceVersion, listing
 // again when that is too old), creates and kills the local sandboxes, and
-// writes their status. Objects are handled one at a time, in the order the
-// API server sends them.
+// writes their status. Objects are handled on one goroutine, in the order
+// the API server sends them, but for their creates: a burst of creates
+// placed here is a burst of boots, which run at once as on a single host,
+// each in a goroutine of its own; what arrives for an object while its
+// create runs is acted on once the create is done.
 type sandboxes struct {
 	client    *rest.RESTClient
 	namespace string
@@ -88,11 +92,40 @@ type sandboxes struct {
 	// UID.
 	held       map[types.UID]held
 	finalizing map[types.UID]*v1alpha1.Sandbox
+	// creating are the objects whose create runs, by UID, with what
+	// arrived for each meanwhile (nil: nothing); created receives each
+	// create's outcome. Owned by run's goroutine too.
+	creating map[types.UID]*later
+	created  chan createDone
+	// running counts the create goroutines, which run waits for: a
+	// server closes its sandbox manager only once no create is under way.
+	running sync.WaitGroup
+}
+
+// later is what arrived for an object while its create ran: its newest
+// version, or its deletion.
+type later struct {
+	o       *v1alpha1.Sandbox
+	deleted bool
+}
+
+// createDone is a create's outcome: the sandbox held for object uid, or
+// the error (already reported in the object's status).
+type createDone struct {
+	uid  types.UID
+	held held
+	err  error
+}
+
+func newSandboxes(client *rest.RESTClient, namespace, node string, local Local, check time.Duration, log *slog.Logger) *sandboxes {
+	return &sandboxes{client: client, namespace: namespace, node: node, local: local, check: check, log: log,
+		creating: make(map[types.UID]*later), created: make(chan createDone)}
 }
 
 // run keeps the node's sandboxes in line with their objects until ctx
 // ends; API-server errors are logged and retried.
 func (c *sandboxes) run(ctx context.Context) {
+	defer c.running.Wait()
 	for ctx.Err() == nil {
 		rv, err := c.sync(ctx)
 		if err == nil {
@@ -115,6 +148,16 @@ func (c *sandboxes) selector() string { return "spec.node=" + c.node }
 // sandboxes of objects that are gone (deleted while the agent was down).
 // It returns the list's resourceVersion, where the watch starts.
 func (c *sandboxes) sync(ctx context.Context) (string, error) {
+	// The creates of the last watch end first: the list sees what they
+	// made (the status they wrote, the local sandbox to adopt).
+	for len(c.creating) > 0 {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case d := <-c.created:
+			delete(c.creating, d.uid)
+		}
+	}
 	local, err := c.local.Held(ctx)
 	if err != nil {
 		return "", fmt.Errorf("listing the local sandboxes: %w", err)
@@ -176,6 +219,8 @@ func (c *sandboxes) events(ctx context.Context, w watch.Interface, rv string, ti
 		select {
 		case <-ctx.Done():
 			return rv, nil
+		case d := <-c.created:
+			c.finish(ctx, d)
 		case <-tick:
 			c.checkHeld(ctx)
 			for _, o := range c.finalizing {
@@ -212,6 +257,10 @@ func (c *sandboxes) events(ctx context.Context, w watch.Interface, rv string, ti
 // adopted at sync, which a previous agent made), one killed for an object
 // marked ended or being deleted.
 func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
+	if _, busy := c.creating[o.UID]; busy {
+		c.creating[o.UID] = &later{o: o}
+		return
+	}
 	log := c.log.With("sandbox", o.Name, "uid", o.UID)
 	if o.Deleting() {
 		c.finalize(ctx, o)
@@ -239,6 +288,16 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 		// agent was down and its record is gone.
 		c.setStatus(ctx, o.Name, ended(v1alpha1.SandboxKilled, c.node, "not found on node "+c.node), log)
 	default:
+		c.startCreate(ctx, o, log)
+	}
+}
+
+// startCreate creates the local sandbox of o and reports it Running (or
+// Error, with the create's message and class) in a goroutine of its own,
+// which hands the outcome to run's (finish).
+func (c *sandboxes) startCreate(ctx context.Context, o *v1alpha1.Sandbox, log *slog.Logger) {
+	c.creating[o.UID] = nil
+	c.running.Go(func() {
 		t0 := time.Now()
 		ls, err := c.local.Create(ctx, o.Name, string(o.UID), o.Spec)
 		if err != nil {
@@ -246,11 +305,33 @@ func (c *sandboxes) reconcile(ctx context.Context, o *v1alpha1.Sandbox) {
 			status := ended(v1alpha1.SandboxError, c.node, err.Error())
 			status["errorClass"] = orNil(string(ErrorClass(err)))
 			c.setStatus(ctx, o.Name, status, log)
-			return
+		} else {
+			log.Info("sandbox created for its object", "sandbox_id", ls.ID, "took", time.Since(t0).Round(time.Millisecond))
+			c.setStatus(ctx, o.Name, running(c.node, ls), log)
 		}
-		c.held[o.UID] = held{name: o.Name, local: ls, timeout: o.Spec.Timeout.Duration}
-		log.Info("sandbox created for its object", "sandbox_id", ls.ID, "took", time.Since(t0).Round(time.Millisecond))
-		c.setStatus(ctx, o.Name, running(c.node, ls), log)
+		select {
+		case c.created <- createDone{uid: o.UID, held: held{name: o.Name, local: ls, timeout: o.Spec.Timeout.Duration}, err: err}:
+		case <-ctx.Done(): // the agent stops: the next one adopts the sandbox
+		}
+	})
+}
+
+// finish takes a create's outcome on run's goroutine: the sandbox is held,
+// and what arrived for its object meanwhile is acted on. After a failed
+// create, only a deletion is: the versions that arrived predate the
+// Error status the create wrote, and would create it again.
+func (c *sandboxes) finish(ctx context.Context, d createDone) {
+	next := c.creating[d.uid]
+	delete(c.creating, d.uid)
+	if d.err == nil {
+		c.held[d.uid] = d.held
+	}
+	switch {
+	case next == nil:
+	case next.deleted:
+		c.deleted(ctx, next.o)
+	case d.err == nil || next.o.Deleting():
+		c.reconcile(ctx, next.o)
 	}
 }
 
@@ -327,6 +408,10 @@ func (c *sandboxes) finalize(ctx context.Context, o *v1alpha1.Sandbox) {
 // deleted kills the local sandbox of a deleted object, which had no
 // finalizer or had it removed.
 func (c *sandboxes) deleted(ctx context.Context, o *v1alpha1.Sandbox) {
+	if _, busy := c.creating[o.UID]; busy {
+		c.creating[o.UID] = &later{o: o, deleted: true}
+		return
+	}
 	delete(c.finalizing, o.UID)
 	c.killHeld(ctx, o.UID, "a deleted object", c.log.With("sandbox", o.Name, "uid", o.UID))
 }
