@@ -236,11 +236,14 @@ describe(`a template that records every sandbox's display (${mode} mode)`, { tim
       return body
     }
     // The recording waited for Xvfb, which Sandbox.create started: it
-    // records now (its shell became ffmpeg within a poll).
+    // records now, once its shell (polling every 0.2 s) became ffmpeg,
+    // which on a loaded host took over 5 s.
+    const awaited = performance.now()
     const during = await waitFor(async () => {
       const l = await list()
       return l.inProgress.length === 1 && !l.inProgress[0].awaitingDisplay && l
-    }, { timeoutMs: 5_000, what: 'the recording to record' })
+    }, { timeoutMs: 20_000, intervalMs: 200, what: 'the recording to record' })
+    t.diagnostic(`recording once the create answered: ${(performance.now() - awaited).toFixed(0)} ms`)
     const [rec] = during.inProgress
     assert.match(rec.path, /^\/home\/user\/recordings\/rec-[0-9a-f]{16}\.mp4$/)
     assert.deepEqual(during.files, [], 'the file being written is not listed as finished')
