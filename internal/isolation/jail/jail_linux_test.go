@@ -160,7 +160,7 @@ func TestSandbox(t *testing.T) {
 		ctx := context.Background()
 		sh(t, inst, "/usr/bin/probe counter /tmp/counter >/dev/null 2>&1 &")
 		time.Sleep(100 * time.Millisecond)
-		pidsBefore := sh(t, inst, "ls /proc | grep -E '^[0-9]+$' | sort")
+		pidsBefore := sh(t, inst, "ls /proc | grep -E '^[0-9]+$' | sort -n")
 		if err := inst.Pause(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -183,8 +183,10 @@ func TestSandbox(t *testing.T) {
 		if string(c3) == string(c2) {
 			t.Errorf("counter stuck after resume at %q", c3)
 		}
-		pidsAfter := sh(t, inst, "ls /proc | grep -E '^[0-9]+$' | sort")
-		// The shell and ls differ between the two listings; the rest stays.
+		pidsAfter := sh(t, inst, "ls /proc | grep -E '^[0-9]+$' | sort -n")
+		// The shell and ls differ between the two listings, and come last
+		// in numeric order (a lexical one put pid 100 before 81 in CI);
+		// the rest stays.
 		if a, b := strings.Fields(pidsBefore), strings.Fields(pidsAfter); len(a) < 3 || a[0] != b[0] || a[1] != b[1] {
 			t.Errorf("pids before %v after %v", a, b)
 		}
