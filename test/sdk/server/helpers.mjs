@@ -108,6 +108,30 @@ export async function waitFor(fn, { timeoutMs = 5_000, intervalMs = 100, what = 
   }
 }
 
+/**
+ * Opens an xterm of class name on sbx's desktop and returns the centre of
+ * its window in display pixels, once it is mapped. The desktop template
+ * starts Chromium maximized as soon as the display is up, and Chromium's
+ * window, mapped after the xterm, would cover it and take the focus: so
+ * the xterm opens only when Chromium's window is there, and counts as open
+ * when its shell is at the prompt.
+ */
+export async function openXterm(sbx, name) {
+  const visible = (cls) =>
+    sbx.commands
+      .run(`xdotool search --onlyvisible --class ${cls} getwindowgeometry --shell`, { timeoutMs: 10_000 })
+      .then((r) => (r.stdout.includes('WIDTH=') ? r.stdout : null), () => null)
+  await waitFor(() => visible('chromium'), { timeoutMs: 60_000, what: "the template's Chromium window" })
+  // By its class: the shell's prompt retitles the window at once.
+  await sbx.commands.run(`xterm -class ${name} -geometry 60x12+200+200`, { background: true, timeoutMs: 0 })
+  const geometry = await waitFor(() => visible(name), { timeoutMs: 30_000, what: `the xterm ${name}` })
+  // Its shell is reading the keyboard once its prompt has set the title.
+  const title = () => sbx.commands.run(`xdotool search --class ${name} getwindowname`).then((r) => /^user@/m.test(r.stdout), () => false)
+  await waitFor(title, { timeoutMs: 30_000, intervalMs: 250, what: `the shell's prompt in the xterm ${name}` })
+  const v = Object.fromEntries(geometry.trim().split('\n').map((l) => l.split('=')))
+  return { x: Number(v.X) + Number(v.WIDTH) / 2, y: Number(v.Y) + Number(v.HEIGHT) / 2 }
+}
+
 /** The backend the runner started the server with ('jail' or 'vm'). */
 export const backend = process.env.SDK_TEST_BACKEND || 'jail'
 

@@ -14,7 +14,7 @@ import { after, before, describe, test } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/desktop'
 
-import { RUN_META_KEY, apiKey, apiUrl, hostUrl, killCreated, launchChromium, liveView, mode, runTag, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
+import { RUN_META_KEY, apiKey, apiUrl, hostUrl, killCreated, launchChromium, liveView, mode, openXterm, runTag, sleep, track, upgradeStatus, waitFor } from './helpers.mjs'
 import { lumaVariance } from './png.mjs'
 
 const VIEW_PORT = 6090
@@ -38,19 +38,7 @@ describe(`live view of a desktop sandbox (${mode} mode)`, { timeout: 300_000 }, 
   before(async () => {
     sbx = await Sandbox.create({ resolution: [DISPLAY.width, DISPLAY.height], timeoutMs: 300_000, metadata: { [RUN_META_KEY]: runTag } })
     track(sbx.sandboxId)
-    // By its class: the shell's prompt retitles the window at once.
-    await sbx.commands.run('xterm -class LiveView -geometry 60x12+200+200', { background: true, timeoutMs: 0 })
-    let geometry
-    await waitFor(
-      async () => {
-        const r = await sbx.commands.run('xdotool search --onlyvisible --class LiveView getwindowgeometry --shell', { timeoutMs: 10_000 }).catch(() => null)
-        geometry = r?.stdout
-        return Boolean(geometry?.includes('WIDTH='))
-      },
-      { timeoutMs: 30_000, what: 'the xterm' }
-    )
-    const v = Object.fromEntries(geometry.trim().split('\n').map((l) => l.split('=')))
-    centre = { x: Number(v.X) + Number(v.WIDTH) / 2, y: Number(v.Y) + Number(v.HEIGHT) / 2 }
+    centre = await openXterm(sbx, 'LiveView')
     browser = await launchChromium()
     links = await liveView(sbx, { ttl: 600 })
   })
