@@ -31,21 +31,22 @@ cluster's create→ready through an API replica with warm pools on the
 nodes and without, and creates per second at concurrency 50 across them,
 each against the single host's (only make bench-cluster gives it one: a
 kube-apiserver and node agents on stand-in hosts; here those figures are
-listed as not measured). Baselines
-are measured in the same run: the bare isolation floor (fork, the jail's
-namespaces, exec of /bin/true), bwrap and runsc where installed, the host
-running bash -l -c true, and a loopback HTTP transfer; each figure is shown
-as a ratio to its baseline, with the target it is held to; a target
-computed from a baseline that was not measured (bwrap not installed, a
-group left out by --only) is printed as not judged.
+listed as not measured). Baselines are measured in the same run: the bare
+isolation floor (fork, the jail's namespaces, exec of /bin/true), bwrap
+and runsc where installed, the host running bash -l -c true, and a
+loopback HTTP transfer; each figure is shown as a ratio to its baseline,
+with the target it is held to; a target computed from a baseline that was
+not measured (bwrap not installed, a group left out by --only) is printed
+as not judged.
 
 By default it starts its own server from this binary, twice (with
 --warm-pool, then with none), on a free loopback port with its own data
 dir; a first run there builds the template. The vm figures start three
 more, with --backend vm, on a data dir of their own (--vm-data-dir, seeded
 with hard links to the template of --data-dir). With --server it measures
-that server as it is configured, without the vm figures. Figures are noisy when other work shares the
-host. The table goes to stdout, progress to stderr.`,
+that server as it is configured, without the vm figures. Figures are
+noisy when other work shares the host. The table goes to stdout, progress
+to stderr.`,
 	interspersed: true,
 	setup: func(fs *flag.FlagSet) func(context.Context, []string, streams) error {
 		var opts bench.Options

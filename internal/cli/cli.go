@@ -98,11 +98,16 @@ func run(ctx context.Context, args []string, std streams) error {
 	}
 }
 
+// allCommands lists every command in the order the help gives them.
+func allCommands() []*command {
+	return append([]*command{serveCommand, benchCommand, mcpCommand}, commands...)
+}
+
 // usage is the top-level help: every command, then the environment.
 func usage() string {
 	var b strings.Builder
 	b.WriteString(usageHead)
-	for _, c := range append([]*command{serveCommand, benchCommand, mcpCommand}, commands...) {
+	for _, c := range allCommands() {
 		fmt.Fprintf(&b, "  %-16s %s\n", c.name, c.summary)
 	}
 	b.WriteString(usageTail)

@@ -84,7 +84,7 @@ func TestHelpIsComplete(t *testing.T) {
 	if top.err != nil {
 		t.Fatal(top.err)
 	}
-	for _, c := range commands {
+	for _, c := range allCommands() {
 		t.Run(c.name, func(t *testing.T) {
 			if !strings.Contains(top.stdout, "  "+c.name+" ") {
 				t.Errorf("agent-sandbox help does not list %q", c.name)
@@ -110,6 +110,11 @@ func TestHelpIsComplete(t *testing.T) {
 					t.Errorf("help lacks %s:\n%s", flagSpelling(f.Name), help)
 				}
 			})
+			for line := range strings.Lines(help) {
+				if strings.Count(line, "(default ") > 1 {
+					t.Errorf("two defaults in one line: %s", line)
+				}
+			}
 			if c.env {
 				for _, v := range []string{"E2B_API_URL", "E2B_SANDBOX_URL", "E2B_DOMAIN", "E2B_API_KEY"} {
 					if !strings.Contains(help, v) {

@@ -149,7 +149,9 @@ func (c *command) usage(fs *flag.FlagSet) string {
 			left += " " + name
 		}
 		fmt.Fprintf(&b, "  %-22s %s", left, help)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" {
+		// A help that names its own default (one that depends on other
+		// flags, say) keeps it: the flag's zero value would contradict it.
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "[]" && !strings.Contains(help, "(default ") {
 			fmt.Fprintf(&b, " (default %s)", f.DefValue)
 		}
 		b.WriteString("\n")
