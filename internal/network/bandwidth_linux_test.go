@@ -199,6 +199,9 @@ func checkShapers(t *testing.T, host string, bw Bandwidth) {
 		t.Errorf("%s: ingress action %+v, want a redirect to %s", host, u.Actions[0], ifb.Attrs().Name)
 	}
 	checkTbf(t, ifb, bw.Up)
+	if addrs, err := netlink.AddrList(ifb, unix.AF_INET6); err != nil || len(addrs) > 0 {
+		t.Errorf("%s: IPv6 addresses %v (%v), want none", ifb.Attrs().Name, addrs, err)
+	}
 }
 
 // checkTbf checks that link's root qdisc is a tbf at bits/s, or not a tbf

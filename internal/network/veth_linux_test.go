@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,6 +111,40 @@ func TestIsolation(t *testing.T) {
 		}
 	}
 	a, b := sbs[0], sbs[1]
+	t.Run("link settings", func(t *testing.T) {
+		host := a.cfg.hostName()
+		want := map[string]string{
+			"ipv4/conf/" + host + "/forwarding":     "1",
+			"ipv4/conf/" + host + "/rp_filter":      "1",
+			"ipv4/conf/" + host + "/send_redirects": "0",
+			"ipv6/conf/" + host + "/disable_ipv6":   "1",
+		}
+		for path, v := range want {
+			if got := readSysctl(t, path); got != v {
+				t.Errorf("%s = %s, want %s", path, got, v)
+			}
+		}
+		// Inside, by the namespace's default: the veth's end and a link
+		// made later (a VM's tap) have IPv6 off; loopback keeps it.
+		want = map[string]string{PeerName: "1", "later0": "1", "lo": "0"}
+		got := map[string]string{}
+		must(t, a.ns.Do(func() error {
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "later0"}, PeerName: "later1"}); err != nil {
+				return err
+			}
+			for dev := range want {
+				b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + dev + "/disable_ipv6")
+				if err != nil {
+					return err
+				}
+				got[dev] = strings.TrimSpace(string(b))
+			}
+			return DeleteLink("later0")
+		}))
+		if !maps.Equal(got, want) {
+			t.Errorf("inside: disable_ipv6 = %v, want %v", got, want)
+		}
+	})
 
 	// The redirect targets listen on a's gateway, which exists only now.
 	// The config naming their ports rewrites the base chains of the table
@@ -742,4 +778,15 @@ func ourChains(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return chains
+}
+
+// readSysctl returns /proc/sys/net/<path> of the host, without its
+// newline.
+func readSysctl(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/sys/net/" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -82,13 +82,15 @@ const maxBase = math.MaxUint32 - Size
 // Allocate reserves the lowest free range for the sandbox id and returns
 // its first host id.
 func (a *Allocator) Allocate(id string) (uint32, error) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	// Outside the lock: the scan of every process is the slow part, and a
+	// range reserved meanwhile is found by its file.
 	avoid, err := delegated()
 	if err != nil {
 		return 0, err
 	}
 	avoid = append(avoid, liveMappings()...)
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	for b := uint64(a.base); b <= maxBase; b += Size {
 		r := span{b, Size}
 		if overlapsAny(r, avoid) {
