@@ -221,10 +221,8 @@ func ensureIFB(host string, mtu int) (link netlink.Link, created bool, err error
 		if err := netlink.LinkSetAlias(link, alias); err != nil {
 			return nil, false, fmt.Errorf("setting alias of ifb %s: %w", name, err)
 		}
-		// Only redirected packets pass an ifb, and go back to their own
-		// link's path after it: it needs no addresses. Not disable_ipv6,
-		// whose write spins while others hold RTNL.
-		if err := netlink.LinkSetIP6AddrGenMode(link, addrGenModeNone); err != nil {
+		// Only redirected packets pass an ifb; it needs no addresses.
+		if err := WriteSysctl("ipv6/conf/"+name+"/disable_ipv6", "1"); err != nil {
 			return nil, false, fmt.Errorf("configuring ifb %s: %w", name, err)
 		}
 	default:

@@ -25,8 +25,7 @@ type Namespace struct {
 func Dir(runDir string) string { return filepath.Join(runDir, "netns") }
 
 // Create makes the network namespace name with its loopback interface up
-// and IPv6 off for the links made in it later, and pins it at
-// Dir(runDir)/name. A name in use is an error wrapping
+// and pins it at Dir(runDir)/name. A name in use is an error wrapping
 // fs.ErrExist. On error nothing is left behind.
 func Create(runDir, name string) (*Namespace, error) {
 	if err := validName(name); err != nil {
@@ -49,13 +48,6 @@ func Create(runDir, name string) (*Namespace, error) {
 		src := fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid())
 		if err := unix.Mount(src, ns.path, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("bind-mounting %s: %w", src, err)
-		}
-		// Links made here later (the sandbox's end of its veth, a VM's
-		// tap) start with IPv6 off: a namespace's default is written
-		// without RTNL, a link's own setting with it, spinning while
-		// others hold it.
-		if err := WriteSysctl("ipv6/conf/default/disable_ipv6", "1"); err != nil {
-			return err
 		}
 		return setLoopbackUp()
 	})

@@ -72,6 +72,7 @@ func (ns *Namespace) ForwardTo(dev string, link Link) error {
 		}
 		for _, kv := range [][2]string{
 			{"ipv4/ip_forward", "1"},
+			{"ipv6/conf/" + dev + "/disable_ipv6", "1"},
 			{"ipv4/conf/" + PeerName + "/proxy_arp", "1"},
 			{"ipv4/conf/" + dev + "/proxy_arp", "1"},
 			// Proxy ARP answers after a random delay of up to 0.8 s by

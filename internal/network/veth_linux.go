@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,8 +29,7 @@ func (c VethConfig) hostName() string {
 // with the gateway address, the end PeerName inside with the sandbox
 // address and a default route via the gateway. The host end forwards
 // (per-interface forwarding), filters by reverse path, sends no redirects
-// and has IPv6 disabled, as does the end inside (by its namespace's
-// default, see Create). If cfg.Firewall is set,
+// and has IPv6 disabled, as does the end inside. If cfg.Firewall is set,
 // the sandbox's firewall pieces are added before the link comes up. On
 // error nothing is left behind.
 func (ns *Namespace) AttachVeth(ctx context.Context, cfg VethConfig) (err error) {
@@ -82,11 +80,15 @@ func (ns *Namespace) AttachVeth(ctx context.Context, cfg VethConfig) (err error)
 			return fmt.Errorf("setting alias of veth %s: %w", host, err)
 		}
 	}
-	if err := WriteSysctl("ipv6/conf/"+host+"/disable_ipv6", "1"); err != nil {
-		return fmt.Errorf("configuring veth %s: %w", host, err)
-	}
-	if err := setIPv4Conf(link, map[uint16]uint32{ipv4ConfForwarding: 1, ipv4ConfRPFilter: 1, ipv4ConfSendRedirects: 0}); err != nil {
-		return fmt.Errorf("configuring veth %s: %w", host, err)
+	for _, s := range []struct{ path, val string }{
+		{"ipv6/conf/" + host + "/disable_ipv6", "1"},
+		{"ipv4/conf/" + host + "/forwarding", "1"},
+		{"ipv4/conf/" + host + "/rp_filter", "1"},
+		{"ipv4/conf/" + host + "/send_redirects", "0"},
+	} {
+		if err := WriteSysctl(s.path, s.val); err != nil {
+			return fmt.Errorf("configuring veth %s: %w", host, err)
+		}
 	}
 	if cfg.Firewall != nil {
 		if err := cfg.Firewall.AddSandbox(ctx, host); err != nil {
@@ -104,6 +106,9 @@ func (ns *Namespace) AttachVeth(ctx context.Context, cfg VethConfig) (err error)
 		peer, err := netlink.LinkByName(PeerName)
 		if err != nil {
 			return fmt.Errorf("finding %s: %w", PeerName, err)
+		}
+		if err := WriteSysctl("ipv6/conf/"+PeerName+"/disable_ipv6", "1"); err != nil {
+			return err
 		}
 		if err := netlink.AddrAdd(peer, &netlink.Addr{IPNet: ipNet(cfg.Addrs.Sandbox)}); err != nil {
 			return fmt.Errorf("adding %s to %s: %w", cfg.Addrs.Sandbox, PeerName, err)
@@ -209,40 +214,6 @@ func DeleteLink(name string) error {
 
 func ipNet(a netip.Addr) *net.IPNet {
 	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(30, 32)}
-}
-
-// IPv4 settings of an interface, as numbered by IPV4_DEVCONF_* in
-// linux/ip.h.
-const (
-	ipv4ConfForwarding    = 1
-	ipv4ConfSendRedirects = 6
-	ipv4ConfRPFilter      = 8
-)
-
-// addrGenModeNone is IN6_ADDR_GEN_MODE_NONE (linux/if_link.h): the link
-// gets no IPv6 address of its own making, link-local included.
-const addrGenModeNone = 1
-
-// setIPv4Conf sets link's IPv4 settings (ipv4/conf/<link>/...) in one
-// netlink request. Writing the sysctl files does the same, but the kernel
-// handles a write of forwarding by trying for RTNL and restarting the
-// system call while another holds it: creates at once spun there for a
-// quarter of the server's CPU. The request waits for RTNL instead.
-func setIPv4Conf(link netlink.Link, conf map[uint16]uint32) error {
-	req := nl.NewNetlinkRequest(unix.RTM_SETLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(link.Attrs().Index)
-	req.AddData(msg)
-	spec := nl.NewRtAttr(unix.IFLA_AF_SPEC, nil)
-	values := spec.AddRtAttr(unix.AF_INET, nil).AddRtAttr(unix.IFLA_INET_CONF, nil)
-	for k, v := range conf {
-		values.AddRtAttr(int(k), nl.Uint32Attr(v))
-	}
-	req.AddData(spec)
-	if _, err := req.Execute(unix.NETLINK_ROUTE, 0); err != nil {
-		return fmt.Errorf("setting the IPv4 settings of %s: %w", link.Attrs().Name, err)
-	}
-	return nil
 }
 
 // WriteSysctl sets /proc/sys/net/<path> to val, in the calling thread's
