@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/agent-sandbox/agent-sandbox/client"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 )
 
 // Options configures a run. Zero fields take the defaults in setDefaults.
@@ -83,7 +84,7 @@ func (o *Options) setDefaults() error {
 		o.Template = client.DefaultTemplate
 	}
 	if o.Pool == "" {
-		o.Pool = o.Template + "=2"
+		o.Pool = fmt.Sprintf("%s=%d", o.Template, sandbox.DefaultPoolMembers)
 	}
 	if o.Samples <= 0 {
 		o.Samples = 50

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/agent-sandbox/agent-sandbox/internal/pprofserve"
+	"github.com/agent-sandbox/agent-sandbox/internal/sandbox"
 
 	"github.com/agent-sandbox/agent-sandbox/bench"
 )
@@ -59,7 +61,7 @@ to stderr.`,
 		fs.StringVar(&opts.Listen, "listen", "", "`ADDR` of the servers it starts (default: a free loopback port)")
 		fs.BoolVar(&opts.WaitHost, "wait-host", false, "when another server or a networking test holds the host's sandbox networking, wait for it before each server start instead of failing")
 		fs.StringVar(&opts.Template, "template", "base", "`TEMPLATE` to create sandboxes from")
-		fs.StringVar(&opts.Pool, "warm-pool", "", "--warm-pool of the pooled server (default TEMPLATE=2)")
+		fs.StringVar(&opts.Pool, "warm-pool", "", "--warm-pool of the pooled server (default TEMPLATE=N, N the server's default size, "+strconv.Itoa(sandbox.DefaultPoolMembers)+")")
 		fs.BoolVar(&opts.Quick, "quick", false, "smoke mode: a few samples of every figure, well under a minute")
 		fs.IntVar(&opts.Samples, "samples", 0, "serial samples per latency figure (default 50; --quick 3)")
 		fs.IntVar(&opts.VMSamples, "vm-samples", 0, "serial samples per vm create figure (default 20; --quick 2)")

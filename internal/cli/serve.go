@@ -72,7 +72,7 @@ Environment:
 		fs.StringVar(&cfg.EgressPolicy, "egress-policy", "", "JSON `FILE` with the egress ceiling for every sandbox (see docs/NETWORK.md); default: deny all but package registries")
 		fs.StringVar(&cfg.DNSUpstream, "dns-upstream", "", "`IP:PORT` of the resolver for names sandboxes may use; default: first nameserver in /etc/resolv.conf")
 		fs.Float64Var(&cfg.BandwidthMbit, "bandwidth-mbit", cfg.BandwidthMbit, "each sandbox's bandwidth cap each way, in `MBIT`/s: the default and the most a create may ask for; 0 = unlimited")
-		fs.Func("warm-pool", "sandboxes kept booted per template, `POOLS` like base=2,code-interpreter-v1=1:4 (N or N:MAX; grows toward MAX, default 4N, under demand); none to disable (default "+sandbox.FormatWarmPools(cfg.WarmPools)+")", func(s string) (err error) {
+		fs.Func("warm-pool", "sandboxes kept booted per template, `POOLS` like base=3,code-interpreter-v1=1:4 (N or N:MAX; grows toward MAX, default 4N, under demand); none to disable (default "+sandbox.FormatWarmPools(cfg.WarmPools)+")", func(s string) (err error) {
 			cfg.WarmPools, err = sandbox.ParseWarmPools(s)
 			return err
 		})

@@ -47,6 +47,19 @@ type PoolSize struct {
 	Max int // members it grows to while takes find it empty
 }
 
+// GrowingPool is the pool of n members that --warm-pool TEMPLATE=n sets:
+// it grows to 4n under demand.
+func GrowingPool(n int) PoolSize { return PoolSize{Min: n, Max: 4 * n} }
+
+// DefaultPoolMembers is the base template's pool when --warm-pool is not
+// given. Creates that come i apart are all served while the members booted
+// ahead cover a member's boot B (N ≥ B / i: the take after the first N
+// needs a member whose boot began at the first take). Back to back
+// (create, a command, kill) they come ~30 ms apart on the 2-core test
+// machine, and a member boots in 45–75 ms: 2 missed under load, 3 does
+// not (docs/PERFORMANCE.md, "Sizing the warm pool").
+const DefaultPoolMembers = 3
+
 // DefaultPoolIdle is how long a pool goes without a take before it shrinks
 // by one member toward its Min (Config.PoolIdle).
 const DefaultPoolIdle = time.Minute
@@ -69,7 +82,7 @@ const (
 
 // ParseWarmPools parses the --warm-pool setting: "none" or "0" for no
 // pools, or TEMPLATE=N[:MAX] pairs separated by commas, e.g.
-// "base=2,code-interpreter-v1=1:4". MAX defaults to 4N; N=0 removes the
+// "base=3,code-interpreter-v1=1:4". MAX defaults to 4N; N=0 removes the
 // template's pool.
 func ParseWarmPools(s string) (map[string]PoolSize, error) {
 	out := map[string]PoolSize{}
@@ -86,7 +99,7 @@ func ParseWarmPools(s string) (map[string]PoolSize, error) {
 		if err != nil || n < 0 {
 			return nil, fmt.Errorf("warm pool %q: size %q is not a count", item, minS)
 		}
-		p := PoolSize{Min: n, Max: 4 * n}
+		p := GrowingPool(n)
 		if hasMax {
 			if p.Max, err = strconv.Atoi(maxS); err != nil || p.Max < n {
 				return nil, fmt.Errorf("warm pool %q: max %q is not a count of at least %d", item, maxS, n)
@@ -110,7 +123,7 @@ func FormatWarmPools(pools map[string]PoolSize) string {
 	for _, name := range slices.Sorted(maps.Keys(pools)) {
 		p := pools[name]
 		item := fmt.Sprintf("%s=%d", name, p.Min)
-		if p.Max != 4*p.Min {
+		if p != GrowingPool(p.Min) {
 			item += fmt.Sprintf(":%d", p.Max)
 		}
 		items = append(items, item)

@@ -200,7 +200,7 @@ func DefaultConfig() Config {
 		Listen: "127.0.0.1:3000", DataDir: "/var/lib/agent-sandbox", BandwidthMbit: DefaultBandwidthMbit,
 		Backend:            BackendAuto,
 		AddressPool:        network.DefaultPoolPrefix,
-		WarmPools:          map[string]sandbox.PoolSize{template.BaseName: {Min: 2, Max: 8}},
+		WarmPools:          map[string]sandbox.PoolSize{template.BaseName: sandbox.GrowingPool(sandbox.DefaultPoolMembers)},
 		MaxSandboxes:       MaxSandboxesAuto,
 		DiskReserve:        DefaultDiskReserve,
 		PausedRetention:    sandbox.DefaultPausedRetention,
