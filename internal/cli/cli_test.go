@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"flag"
+	"slices"
 	"strings"
 	"testing"
 
@@ -113,6 +114,12 @@ func TestHelpIsComplete(t *testing.T) {
 			for line := range strings.Lines(help) {
 				if strings.Count(line, "(default ") > 1 {
 					t.Errorf("two defaults in one line: %s", line)
+				}
+				// A flag's value is named by its help (`NAME`), not by
+				// its Go type.
+				if f := strings.Fields(line); len(f) > 1 && strings.HasPrefix(f[0], "--") &&
+					slices.Contains([]string{"int", "int64", "uint", "float64", "string", "duration", "value"}, f[1]) {
+					t.Errorf("value named by its type: %s", line)
 				}
 			}
 			if c.env {
