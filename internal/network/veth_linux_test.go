@@ -120,7 +120,9 @@ func TestIsolation(t *testing.T) {
 			"ipv6/conf/" + host + "/disable_ipv6":   "1",
 		}
 		for path, v := range want {
-			if got := readSysctl(t, path); got != v {
+			got, err := readSysctl(path)
+			must(t, err)
+			if got != v {
 				t.Errorf("%s = %s, want %s", path, got, v)
 			}
 		}
@@ -129,11 +131,11 @@ func TestIsolation(t *testing.T) {
 		got := map[string]string{}
 		must(t, a.ns.Do(func() error {
 			for dev := range want {
-				b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + dev + "/disable_ipv6")
+				v, err := readSysctl("ipv6/conf/" + dev + "/disable_ipv6")
 				if err != nil {
 					return err
 				}
-				got[dev] = strings.TrimSpace(string(b))
+				got[dev] = v
 			}
 			return nil
 		}))
@@ -776,13 +778,9 @@ func ourChains(t *testing.T) []string {
 	return chains
 }
 
-// readSysctl returns /proc/sys/net/<path> of the host, without its
-// newline.
-func readSysctl(t *testing.T, path string) string {
-	t.Helper()
+// readSysctl returns /proc/sys/net/<path> in the calling thread's network
+// namespace, without its newline.
+func readSysctl(path string) (string, error) {
 	b, err := os.ReadFile("/proc/sys/net/" + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
+	return strings.TrimSpace(string(b)), err
 }
